@@ -1,0 +1,54 @@
+"""coursekit: the reference implementations, data and grading behind the course book.
+
+Importing ``coursekit`` is cheap: torch is imported only when a function that needs it runs.
+Submodules (``coursekit.rnn``, ``coursekit.attention``, ...) are imported by name.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["device", "seed_everything", "profile", "by_profile"]
+__version__ = "0.1.0"
+
+PROFILES = ("quick", "full")
+T = TypeVar("T")
+
+
+def device() -> torch.device:
+    """The device chapters train on: CUDA when available, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and CUDA) so a chapter is reproducible on one machine."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def profile() -> str:
+    """``"quick"`` on CPU (CI, laptops), ``"full"`` on a GPU; ``COURSEKIT_PROFILE`` overrides."""
+    chosen = os.environ.get("COURSEKIT_PROFILE", "").strip().lower()
+    if chosen:
+        if chosen not in PROFILES:
+            raise ValueError(f"COURSEKIT_PROFILE={chosen!r}: expected one of {PROFILES}")
+        return chosen
+    import torch
+
+    return "full" if torch.cuda.is_available() else "quick"
+
+
+def by_profile(quick: T, full: T) -> T:
+    """Pick a training budget by profile: ``steps = by_profile(quick=400, full=4000)``."""
+    return quick if profile() == "quick" else full

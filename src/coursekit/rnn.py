@@ -1,0 +1,123 @@
+"""Recurrent networks, written out: the cells the book derives and the seq2seq model they build.
+
+Weights follow PyTorch's layout so that every cell can be checked against ``torch.nn``:
+``W_ih: (G*H, I)``, ``W_hh: (G*H, H)``, ``b_ih, b_hh: (G*H,)`` with ``G = 1`` for the plain RNN
+and ``G = 4`` for the LSTM, whose gates are stacked in the order input, forget, cell, output.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+
+def rnn_cell(x: Tensor, h: Tensor, W_ih: Tensor, W_hh: Tensor, b_ih: Tensor, b_hh: Tensor) -> Tensor:
+    """One Elman step: h' = tanh(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh).
+
+    x: (B, I), h: (B, H) -> h': (B, H).
+    """
+    return torch.tanh(x @ W_ih.T + b_ih + h @ W_hh.T + b_hh)
+
+
+def lstm_cell(
+    x: Tensor, state: tuple[Tensor, Tensor], W_ih: Tensor, W_hh: Tensor, b_ih: Tensor, b_hh: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One LSTM step (Hochreiter & Schmidhuber 1997, with a forget gate).
+
+    i, f, o = σ(·), g = tanh(·) from the stacked pre-activation x W_ihᵀ + b_ih + h W_hhᵀ + b_hh;
+    c' = f ⊙ c + i ⊙ g;  h' = o ⊙ tanh(c').
+    x: (B, I), state = (h, c) with h, c: (B, H) -> (h', c').
+    """
+    h, c = state
+    i, f, g, o = (x @ W_ih.T + b_ih + h @ W_hh.T + b_hh).chunk(4, dim=-1)
+    c_next = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h_next = torch.sigmoid(o) * torch.tanh(c_next)
+    return h_next, c_next
+
+
+class RNN(nn.Module):
+    """A single-layer Elman RNN unrolled with :func:`rnn_cell`; same parameters as ``nn.RNN``."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.cell = nn.RNNCell(input_size, hidden_size)  # holds weight_ih, weight_hh, biases
+
+    def forward(self, x: Tensor, h: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x: (B, T, I), h: (B, H) -> outputs (B, T, H), final h (B, H)."""
+        if h is None:
+            h = x.new_zeros(x.shape[0], self.hidden_size)
+        c = self.cell
+        outputs = []
+        for x_t in x.unbind(dim=1):
+            h = rnn_cell(x_t, h, c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh)
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), h
+
+
+class LSTM(nn.Module):
+    """A single-layer LSTM unrolled with :func:`lstm_cell`; same parameters as ``nn.LSTM``."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.cell = nn.LSTMCell(input_size, hidden_size)
+
+    def forward(
+        self, x: Tensor, state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """x: (B, T, I) -> outputs (B, T, H), final (h, c)."""
+        if state is None:
+            zeros = x.new_zeros(x.shape[0], self.hidden_size)
+            state = (zeros, zeros)
+        c = self.cell
+        outputs = []
+        for x_t in x.unbind(dim=1):
+            state = lstm_cell(x_t, state, c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh)
+            outputs.append(state[0])
+        return torch.stack(outputs, dim=1), state
+
+
+class Seq2Seq(nn.Module):
+    """Encoder–decoder without attention (Sutskever et al. 2014).
+
+    The encoder reads the source and hands the decoder only its final state (h, c): a fixed-size
+    summary, whatever the source length. That bottleneck is what Chapter 2's attention removes.
+    The loops run inside ``nn.LSTM`` (fused kernels) so training is fast; the cell is the one above.
+    """
+
+    def __init__(
+        self, src_vocab: int, tgt_vocab: int, d_emb: int = 32, d_hidden: int = 64, pad_id: int = 0
+    ) -> None:
+        super().__init__()
+        self.src_emb = nn.Embedding(src_vocab, d_emb, padding_idx=pad_id)
+        self.tgt_emb = nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id)
+        self.encoder = nn.LSTM(d_emb, d_hidden, batch_first=True)
+        self.decoder = nn.LSTM(d_emb, d_hidden, batch_first=True)
+        self.out = nn.Linear(d_hidden, tgt_vocab)
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor]:
+        """src: (B, S) token ids, src_len: (B,) -> the final state (h, c), each (1, B, H)."""
+        packed = pack_padded_sequence(
+            self.src_emb(src), src_len.cpu(), batch_first=True, enforce_sorted=False
+        )
+        _, state = self.encoder(packed)
+        return state
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing. tgt_in: (B, T) starts with BOS -> logits (B, T, V_tgt)."""
+        outputs, _ = self.decoder(self.tgt_emb(tgt_in), self.encode(src, src_len))
+        return self.out(outputs)
+
+    @torch.no_grad()
+    def generate(self, src: Tensor, src_len: Tensor, max_len: int, bos_id: int) -> Tensor:
+        """Greedy decoding: (B, S) -> (B, max_len) token ids (callers cut at EOS)."""
+        state = self.encode(src, src_len)
+        token = src.new_full((src.shape[0], 1), bos_id)
+        generated = []
+        for _ in range(max_len):
+            output, state = self.decoder(self.tgt_emb(token), state)
+            token = self.out(output).argmax(-1)
+            generated.append(token)
+        return torch.cat(generated, dim=1)
