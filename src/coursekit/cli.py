@@ -1,4 +1,4 @@
-"""The ``coursekit`` command: ``release``, ``store-outputs`` (and more as the book grows)."""
+"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade`` (more as the book grows)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,38 @@ def _store_outputs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grade(args: argparse.Namespace) -> int:
+    from coursekit.grading.batch import HarnessError, Limits, grade
+
+    limits = Limits(timeout=args.timeout, case_timeout=args.case_timeout,
+                    memory_mib=args.memory, output_kib=args.output)
+    if args.gradescope:
+        from coursekit.grading.gradescope import build_autograder
+
+        path = build_autograder(Path(args.gradescope), chapter=args.chapter,
+                                extra_cases=args.extra_cases, limits=limits)
+        print(f"wrote the Gradescope autograder {path}: upload it as the assignment's "
+              "autograder (Ubuntu base image)")
+        return 0
+    if not args.paths or not args.out:
+        print("coursekit grade: give the submissions (PATH ...) and --out DIR, "
+              "or --gradescope ZIP", file=sys.stderr)
+        return 2
+    try:
+        result = grade(args.paths, args.out, jobs=args.jobs, limits=limits, force=args.force,
+                       extra_cases=args.extra_cases, chapter=args.chapter,
+                       stream=None if args.quiet else sys.stderr)
+    except (HarnessError, ValueError, OSError) as err:
+        print(f"coursekit grade: {err}", file=sys.stderr)
+        return 2
+    if args.quiet:
+        print(result.summary)
+    errors = sum(bool(r["extra_data"]["coursekit"]["harness_errors"]) for r in result.records)
+    print(f"results in {args.out}/ (grades.csv, summary.md, <submission>/results.json and "
+          "feedback.md)", file=sys.stderr)
+    return 1 if errors else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coursekit", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +80,35 @@ def main(argv: list[str] | None = None) -> int:
                             help="execute solutions notebooks, keeping outputs of NBVAL_CHECK_OUTPUT cells")
     p.add_argument("paths", nargs="+")
     p.set_defaults(run=_store_outputs)
+
+    p = commands.add_parser(
+        "grade", help="grade submitted notebooks in sandboxed workers (Gradescope results.json, "
+                      "feedback, class CSV)",
+        description="Grade a class's submissions: each PATH is a notebook, a .py file, a folder "
+                    "or a zip of them. Student code runs in sandboxed worker processes; the "
+                    "grader chooses the inputs, runs the references and decides every verdict.")
+    p.add_argument("paths", nargs="*", metavar="PATH")
+    p.add_argument("--out", help="folder for the results (created if needed)")
+    p.add_argument("--jobs", "-j", type=int, default=None,
+                   help="submissions graded in parallel (default: the number of CPUs)")
+    p.add_argument("--timeout", type=float, default=60,
+                   help="wall and CPU seconds per submission (default 60)")
+    p.add_argument("--case-timeout", type=float, default=10,
+                   help="wall seconds per exercise cell or case (default 10)")
+    p.add_argument("--memory", type=int, default=2048,
+                   help="MiB of memory per worker (default 2048)")
+    p.add_argument("--output", type=int, default=1024,
+                   help="KiB a submission may print before its worker is stopped (default 1024)")
+    p.add_argument("--force", action="store_true",
+                   help="re-grade submissions whose results are up to date")
+    p.add_argument("--extra-cases", metavar="DIR",
+                   help="instructor folder of hidden cases (*.py files defining CASES)")
+    p.add_argument("--chapter", help="grade every submission as this chapter (e.g. 01)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--gradescope", metavar="ZIP",
+                   help="instead of grading, write a Gradescope autograder zip that runs this "
+                        "grader (use with --chapter)")
+    p.set_defaults(run=_grade)
 
     args = parser.parse_args(argv)
     return args.run(args)

@@ -90,15 +90,19 @@ def normalise(nb, keep_outputs: bool) -> None:
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
     }
+    code_index = 0
     for cell in nb.cells:
         cell.metadata = {k: cell.metadata[k] for k in KEEP_CELL_METADATA if k in cell.metadata}
-        if cell.cell_type == "code":
-            cell.execution_count = None
-            if not (keep_outputs and CHECK_OUTPUT in cell.source):
-                cell.outputs = []
-            for output in cell.outputs:
-                if "execution_count" in output:
-                    output["execution_count"] = None
+        if cell.cell_type != "code":
+            continue
+        code_index += 1
+        if not (keep_outputs and CHECK_OUTPUT in cell.source):
+            cell.outputs = []
+        # nbval only compares cells it believes were run: give checked cells a stable count
+        cell.execution_count = code_index if cell.outputs else None
+        for output in cell.outputs:
+            if "execution_count" in output:
+                output["execution_count"] = cell.execution_count
 
 
 def student_edition(solution_path: Path):

@@ -121,3 +121,75 @@ class Seq2Seq(nn.Module):
             token = self.out(output).argmax(-1)
             generated.append(token)
         return torch.cat(generated, dim=1)
+
+
+class AttentionSeq2Seq(nn.Module):
+    """Encoder–decoder with additive attention (Bahdanau, Cho & Bengio 2015).
+
+    The encoder is a bidirectional LSTM whose annotations h_j = [→h_j; ←h_j] are all kept. At
+    output step i the decoder state s_{i-1} scores every annotation, e_ij = a(s_{i-1}, h_j),
+    α_i = softmax(e_i) over the real (non-padding) positions, and reads the context
+    c_i = Σ_j α_ij h_j. Then s_i = LSTM([y_{i-1}; c_i], s_{i-1}) and the next token comes from
+    the deep output g(s_i, c_i, y_{i-1}). The initial state is s_0 = tanh(W_s ←h_1), as in the paper.
+    """
+
+    def __init__(
+        self, src_vocab: int, tgt_vocab: int, d_emb: int = 32, d_hidden: int = 64,
+        d_attn: int = 64, bidirectional: bool = True, pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        from coursekit.attention import AdditiveAttention
+
+        d_enc = 2 * d_hidden if bidirectional else d_hidden  # size of an annotation h_j
+        self.src_emb = nn.Embedding(src_vocab, d_emb, padding_idx=pad_id)
+        self.tgt_emb = nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id)
+        self.encoder = nn.LSTM(d_emb, d_hidden, batch_first=True, bidirectional=bidirectional)
+        self.init_state = nn.Linear(d_hidden, d_hidden)  # W_s
+        self.attention = AdditiveAttention(d_hidden, d_enc, d_attn)
+        self.decoder = nn.LSTMCell(d_emb + d_enc, d_hidden)
+        self.out = nn.Linear(d_hidden + d_enc + d_emb, tgt_vocab)
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
+        """src: (B, S) -> annotations h (B, S, d_enc), mask (B, S) True at real tokens, state s_0."""
+        from torch.nn.utils.rnn import pad_packed_sequence
+
+        from coursekit.attention import padding_mask
+
+        packed = pack_padded_sequence(
+            self.src_emb(src), src_len.cpu(), batch_first=True, enforce_sorted=False
+        )
+        h, (h_n, _) = self.encoder(packed)
+        h, _ = pad_packed_sequence(h, batch_first=True, total_length=src.shape[1])
+        s0 = torch.tanh(self.init_state(h_n[-1]))  # h_n[-1]: ←h_1 (→h_S when unidirectional)
+        return h, padding_mask(src_len.to(src.device), src.shape[1]), (s0, torch.zeros_like(s0))
+
+    def step(
+        self, y_prev: Tensor, state: tuple[Tensor, Tensor], h: Tensor, mask: Tensor
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor]:
+        """One decoder step. y_prev: (B,) ids -> logits (B, V), new state, weights α_i (B, S)."""
+        y = self.tgt_emb(y_prev)
+        c, alpha = self.attention(state[0], h, mask)  # uses s_{i-1}
+        state = self.decoder(torch.cat([y, c], dim=-1), state)
+        return self.out(torch.cat([state[0], c, y], dim=-1)), state, alpha
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing. tgt_in: (B, T) starts with BOS -> logits (B, T, V_tgt)."""
+        h, mask, state = self.encode(src, src_len)
+        logits = []
+        for y_prev in tgt_in.unbind(dim=1):
+            step_logits, state, _ = self.step(y_prev, state, h, mask)
+            logits.append(step_logits)
+        return torch.stack(logits, dim=1)
+
+    @torch.no_grad()
+    def generate(self, src: Tensor, src_len: Tensor, max_len: int, bos_id: int) -> tuple[Tensor, Tensor]:
+        """Greedy decoding -> token ids (B, max_len) and attention weights α (B, max_len, S)."""
+        h, mask, state = self.encode(src, src_len)
+        token = src.new_full((src.shape[0],), bos_id)
+        tokens, weights = [], []
+        for _ in range(max_len):
+            step_logits, state, alpha = self.step(token, state, h, mask)
+            token = step_logits.argmax(-1)
+            tokens.append(token)
+            weights.append(alpha)
+        return torch.stack(tokens, dim=1), torch.stack(weights, dim=1)

@@ -1,0 +1,77 @@
+"""coursekit's core: profiles, seeding, the training loop, the explorer, a light import."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import coursekit
+from coursekit.train import fit
+from coursekit.viz import Explorer
+
+
+def test_import_is_light():
+    code = "import sys, coursekit; print('torch' in sys.modules, 'matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_profile_follows_device_and_environment(monkeypatch):
+    monkeypatch.delenv("COURSEKIT_PROFILE", raising=False)
+    assert coursekit.profile() == ("full" if torch.cuda.is_available() else "quick")
+    monkeypatch.setenv("COURSEKIT_PROFILE", "full")
+    assert coursekit.profile() == "full" and coursekit.by_profile(quick=1, full=2) == 2
+    monkeypatch.setenv("COURSEKIT_PROFILE", "quick")
+    assert coursekit.by_profile(quick=1, full=2) == 1
+    monkeypatch.setenv("COURSEKIT_PROFILE", "fast")
+    with pytest.raises(ValueError, match="COURSEKIT_PROFILE"):
+        coursekit.profile()
+
+
+def test_seed_everything_reproduces():
+    coursekit.seed_everything(3)
+    a = torch.randn(4)
+    coursekit.seed_everything(3)
+    torch.testing.assert_close(a, torch.randn(4))
+
+
+def test_fit_learns_a_linear_map_and_records_history():
+    coursekit.seed_everything(0)
+    w = torch.tensor([[2.0, -1.0]])
+    model = torch.nn.Linear(2, 1)
+    seen = []
+
+    def batches(step):
+        x = torch.randn(32, 2)
+        return x, x @ w.T + 0.5
+
+    def loss_fn(m, batch):
+        return torch.nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    history = fit(model, loss_fn, batches, steps=300, lr=0.05, every=100,
+                  callback=lambda step, h: seen.append(step))
+    assert len(history.loss) == 300 and history.step[-1] == 300
+    assert history.smoothed()[-1] < 1e-3 < history.loss[0]
+    assert seen == [100, 200, 300]
+    torch.testing.assert_close(model.weight.detach(), w, atol=1e-2, rtol=0)
+    assert not model.training
+
+
+def test_explorer_stores_every_frame_and_a_static_slider():
+    import matplotlib.pyplot as plt
+
+    def render(a, b):
+        fig, ax = plt.subplots()
+        ax.plot([0, a], [0, b])
+        return fig
+
+    explorer = Explorer(render, "demo", a=[1, 2, 3], b=["x", "y"])
+    assert sorted(explorer.frames) == sorted(f"{i}|{j}" for i in range(3) for j in range(2))
+    assert len(set(explorer.frames.values())) == 6, "different values must draw different frames"
+    page = explorer.html()
+    assert page.count('type="range"') == 2 and "addEventListener" in page
+    bundle = explorer._repr_mimebundle_()
+    assert "text/html" in bundle and "application/vnd.jupyter.widget-view+json" in bundle
+    with pytest.raises(ValueError, match="at least one control"):
+        Explorer(render)
