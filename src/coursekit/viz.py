@@ -116,7 +116,8 @@ class Explorer:
         return f"""<div class="ck-explorer" id="{uid}">
 <div class="ck-explorer-title"><b>{html.escape(self.title)}</b></div>
 <div class="ck-explorer-controls">{''.join(rows)}</div>
-<img class="ck-explorer-frame" alt="{html.escape(self.title or 'explorer frame')}" src="data:image/png;base64,{first}">
+<img class="ck-explorer-frame" alt="{html.escape(self.title or 'explorer frame')}"
+     src="data:image/png;base64,{first}">
 <script type="application/json" class="ck-explorer-frames">{json.dumps(self.frames)}</script>
 <script>
 (function () {{
