@@ -235,7 +235,7 @@ def diagnose(suite: Suite, results: list[CaseResult]) -> str:
     first = results[failed[0]]
     case = suite.cases[failed[0]]
     if first.outputs is None and "NotImplementedError" not in first.message:
-        return f"The call {first.message.removeprefix('raised ')}. " + (case.hint or suite.hint)
+        return f"The call {first.message}. " + (case.hint or suite.hint)
     return case.hint or suite.hint or "Compare your code with the equation above, step by step."
 
 

@@ -1,0 +1,424 @@
+"""One submission's conversation with its worker: cells, cases, remote objects, upstreams.
+
+A :class:`Session` runs a submission's exercise cells in a worker, then each case of each suite:
+``suite.run(fn, inputs)`` runs here, in the grader, with ``fn`` a :class:`Remote` handle to the
+student's function or class, so a suite's ``call`` adapter (build the class, load weights, call
+it) works unchanged. What comes back is decoded strictly (:mod:`protocol`); exceptions raised by
+student code come back as :class:`RemoteError` subclasses named after the student's exception.
+
+While a downstream exercise runs, the worker binds its upstream exercises' names to stubs that
+ask for the reference's result (``suite.solution``, the object ``check()`` hands the chapter);
+:meth:`Session.serve_upstream` computes it here, within :class:`Bounds` taken from the case.
+
+A worker that dies or overruns costs the step it was running; the session starts a fresh one,
+replays the cells that loaded, and goes on.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from coursekit.grading import protocol
+from coursekit.grading.submissions import ExerciseCode
+from coursekit.grading.suite import (
+    OutputError,
+    Outputs,
+    Suite,
+    as_outputs,
+    describe_exception,
+)
+from coursekit.grading.workers import HarnessError, Output, WorkerLost, WorkerProcess, clean
+
+if TYPE_CHECKING:
+    from coursekit.grading.batch import Context
+
+UID_BASE = 64000  # worker slot k runs as uid UID_BASE + k when the grader is root
+MAX_UPSTREAM_CALLS = 10_000  # per case
+
+
+class TimeUp(Exception):
+    """The submission's time budget is spent."""
+
+
+class RemoteError(Exception):
+    """An exception raised by student code in the worker; its class carries the student's
+    exception type name, so ``describe_exception`` reads as it does in the notebook."""
+
+
+_remote_errors: dict[str, type[RemoteError]] = {}
+_remote_types: dict[str, type] = {}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def _remote_error(name: str) -> type[RemoteError]:
+    """A class named like the student's exception; it also derives from the builtin exception
+    of that name (never from SystemExit and the like), so that an adapter's ``except
+    AttributeError`` or ``getattr(obj, name, default)`` behaves as it does in the notebook."""
+    name = name if isinstance(name, str) and _NAME.fullmatch(name) else "Exception"
+    if name not in _remote_errors:
+        builtin = getattr(builtins, name, None)
+        bases: tuple[type, ...] = (RemoteError,)
+        if (isinstance(builtin, type) and issubclass(builtin, Exception)
+                and builtin is not Exception and not issubclass(builtin, StopIteration)):
+            bases = (RemoteError, builtin)
+        try:
+            _remote_errors[name] = type(name, bases, {})
+        except TypeError:  # incompatible layouts (OSError and a few others)
+            _remote_errors[name] = type(name, (RemoteError,), {})
+    return _remote_errors[name]
+
+
+class Remote:
+    """A handle to an object that lives in the worker. Calls, attribute and item access,
+    iteration and ``len`` are forwarded; results come back by value when they are plain
+    tensors or numbers, as new handles otherwise. Its class is named after the remote type."""
+
+    __slots__ = ("_ck_session", "_ck_id")
+
+    def __init__(self, session: Session, key: int) -> None:
+        object.__setattr__(self, "_ck_session", session)
+        object.__setattr__(self, "_ck_id", key)
+
+    def _ck(self, op: str, **fields: Any) -> Any:
+        return self._ck_session.request({"op": op, "target": self, **fields})
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ck("call", args=args, kwargs=kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._ck("getattr", name=name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._ck("setattr", name=name, value=value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._ck("getitem", key=key)
+
+    def __iter__(self) -> Any:
+        return self._ck("iter")
+
+    def __next__(self) -> Any:
+        return self._ck("next")
+
+    def __len__(self) -> int:
+        return self._ck("len")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} in the worker>"
+
+
+def _remote_type(name: str) -> type:
+    name = name if isinstance(name, str) and _NAME.fullmatch(name) else "object"
+    if name not in _remote_types:
+        _remote_types[name] = type(name, (Remote,), {"__slots__": ()})
+    return _remote_types[name]
+
+
+class Bounds:
+    """How large an upstream request may be: a few times the case's own inputs."""
+
+    def __init__(self, inputs: Any) -> None:
+        dims, numels, ints = [1], [1], [1]
+
+        def walk(value: Any, depth: int = 0) -> None:
+            if depth > 8:
+                return
+            if isinstance(value, torch.Tensor):
+                dims.extend(value.shape)
+                numels.append(value.numel())
+            elif isinstance(value, bool):
+                return
+            elif isinstance(value, int):
+                ints.append(abs(value))
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v, depth + 1)
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v, depth + 1)
+
+        walk(inputs)
+        self.dim = max(4 * max(dims), 64)
+        self.numel = max(16 * max(numels), 1 << 16)
+        self.int = max(4 * max(ints + dims), 1024)
+        self.budget = 1000 * self.numel
+
+    def check(self, value: Any, depth: int = 0) -> None:
+        if isinstance(value, torch.Tensor):
+            if any(n > self.dim for n in value.shape) or value.numel() > self.numel:
+                raise ValueError(f"a tensor of shape {tuple(value.shape)} is far larger than "
+                                 "anything this case passes in")
+            self.budget -= value.numel()
+            if self.budget < 0:
+                raise ValueError("too much data sent to the reference in one case")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > self.int:
+            raise ValueError(f"the number {value} is far larger than anything this case uses")
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                self.check(v, depth + 1)
+        elif isinstance(value, dict):
+            for v in value.values():
+                self.check(v, depth + 1)
+
+
+class Session:
+    """One submission's conversation with its (restartable) worker."""
+
+    def __init__(self, ctx: Context, slot: int, deadline: float) -> None:
+        self.ctx, self.slot, self.deadline = ctx, slot, deadline
+        self.worker: WorkerProcess | None = None
+        self.facts: dict = {}
+        self.output = Output()
+        self.loaded: list[tuple[str, ExerciseCode]] = []
+        self.load_errors: dict[str, str] = {}
+        self.events: list[str] = []
+        self.harness_errors: list[str] = []
+        self.step_deadline = deadline
+        self.step_reason = "timed out"
+        self.allowed: dict[str, Suite] = {}
+        self.bounds: Bounds | None = None
+        self.instances: dict[int, torch.nn.Module] = {}
+        self.upstream_calls = 0
+        self.peak_kib = 0
+
+    # -- worker lifecycle
+    def _spawn(self) -> None:
+        uid = UID_BASE + self.slot if os.geteuid() == 0 else None
+        self.worker, facts = self.ctx.zygote.spawn(uid, self.ctx.limits, self.output)
+        self.facts = self.facts or facts
+        with self.ctx.lock:
+            self.ctx.live.add(self.worker)
+
+    def _retire(self) -> None:
+        if self.worker is not None:
+            with self.ctx.lock:
+                self.ctx.live.discard(self.worker)
+            self.worker.close()
+            self.peak_kib = max(self.peak_kib, self.worker.maxrss_kib or 0)
+        self.worker = None
+
+    def _lost(self, lost: WorkerLost) -> None:
+        self._retire()
+        self.events.append(lost.kind)
+
+    def _step_timeout(self) -> float:
+        now = time.monotonic()
+        if now >= self.deadline or self.ctx.stopping:
+            raise TimeUp
+        self.step_deadline = min(now + self.ctx.limits.case_timeout, self.deadline)
+        self.step_reason = (f"timed out after {self.ctx.limits.case_timeout:g} s"
+                            if self.step_deadline < self.deadline else
+                            f"ran out of the submission's time ({self.ctx.limits.timeout:g} s)")
+        return self.step_deadline
+
+    def ensure(self) -> None:
+        """A live worker holding every cell that loaded so far (replayed after a restart)."""
+        while self.worker is None:
+            self._step_timeout()
+            self._spawn()
+            for name, code in list(self.loaded):
+                try:
+                    reply, _ = self.exchange(self._exec_message(code), self._step_timeout())
+                except WorkerLost as lost:
+                    self._lost(lost)
+                    self.loaded.remove((name, code))
+                    self.load_errors[name] = f"the cell's worker {lost.reason} when it was re-run"
+                    break
+                if reply.get("op") != "ok":
+                    self.loaded.remove((name, code))
+                    self.load_errors[name] = "the cell did not run when re-run: " + \
+                        _error_text(reply)
+
+    @staticmethod
+    def _exec_message(code: ExerciseCode) -> dict:
+        return {"op": "exec", "source": code.source, "filename": code.filename}
+
+    def close(self) -> None:
+        self._retire()
+
+    # -- one exchange with the worker, serving upstream requests on the way
+    def exchange(self, message: dict, deadline: float, blobs: list[bytes] = ()) -> tuple:
+        assert self.worker is not None
+        worker = self.worker
+        worker.send(message, list(blobs), deadline)
+        while True:
+            reply, reply_blobs = worker.receive(deadline, self.step_reason)
+            if reply.get("op") != "upstream":
+                return reply, reply_blobs
+            answer, answer_blobs = self.serve_upstream(reply, reply_blobs)
+            worker.send(answer, answer_blobs, deadline)
+
+    def request(self, message: dict) -> Any:
+        """Send one operation on remote objects; decode its result (handles become Remotes)."""
+        if self.worker is None:
+            raise WorkerLost("is gone")
+        encoder = protocol.Encoder(
+            handle_ref=lambda v: v._ck_id if isinstance(v, Remote) and v._ck_session is self
+            else None, parameters=True)
+        try:
+            body = {k: (v if k in ("op", "name", "seed", "upstream") else encoder(v))
+                    for k, v in message.items()}
+        except protocol.Unsendable as err:
+            raise HarnessError(str(err)) from None
+        body["grad"] = torch.is_grad_enabled()
+        try:
+            reply, blobs = self.exchange(body, self.step_deadline, encoder.blobs)
+        except WorkerLost as lost:
+            self._lost(lost)
+            raise
+        op = reply.get("op")
+        if op == "stop":
+            raise StopIteration
+        if op == "error":
+            raise _remote_error(reply.get("type"))(self._error_message(reply))
+        if op != "ok":
+            lost = WorkerLost("sent an unexpected reply", "protocol")
+            self._lost(lost)
+            raise lost
+        try:
+            return protocol.Decoder(blobs, handle=lambda ref: _remote_type(ref[1])(self, ref[0]))(
+                reply.get("value"))
+        except protocol.ProtocolError as err:
+            lost = WorkerLost(f"sent a malformed message ({err})", "protocol")
+            self._lost(lost)
+            raise lost from None
+
+    def _error_message(self, reply: dict) -> str:
+        """A student exception's message, with where it happened and which limit it hit."""
+        kind, text = str(reply.get("type")), clean(reply.get("message", ""))
+        notes = []
+        if isinstance(reply.get("line"), int):
+            notes.append(f"line {reply['line']} of the exercise cell")
+        if kind == "MemoryError" or "can't allocate memory" in text:
+            notes.append(f"the grader allows {self.ctx.limits.memory_mib} MiB of memory")
+        if "Resource temporarily unavailable" in text or "can't start new thread" in text:
+            notes.append("the grader runs exercises without new processes or threads")
+        if reply.get("network"):
+            notes.append("exercises run without network access")
+        return " ".join(filter(None, [text, f"({'; '.join(notes)})" if notes else ""]))
+
+    # -- the reference for an upstream exercise, computed here
+    def serve_upstream(self, message: dict, blobs: list) -> tuple[dict, list[bytes]]:
+        name = message.get("name")
+        suite = self.allowed.get(name) if isinstance(name, str) else None
+
+        def refuse(kind: str, text: str) -> tuple[dict, list]:
+            return {"op": "upstream_error", "type": kind, "message": text}, []
+
+        if suite is None:
+            return refuse("PermissionError", f"{clean(name, 60)} is not an upstream exercise "
+                                             "of the exercise being graded")
+        self.upstream_calls += 1
+        if self.upstream_calls > MAX_UPSTREAM_CALLS:
+            return refuse("RuntimeError", "too many calls to the reference in one case")
+        try:
+            decode = protocol.Decoder(blobs)
+            args, kwargs = decode(message.get("args")), decode(message.get("kwargs"))
+            state = decode(message.get("state", {"d": []}))
+        except protocol.ProtocolError as err:
+            return refuse("ValueError", f"malformed arguments ({err})")
+        if type(args) is not tuple or type(kwargs) is not dict or type(state) is not dict \
+                or not all(type(k) is str for k in kwargs):
+            return refuse("TypeError", "malformed arguments")
+        try:
+            self.bounds.check((args, kwargs, state))
+        except ValueError as err:
+            return refuse("ValueError", str(err))
+        kind = message.get("kind")
+        try:
+            with torch.no_grad():
+                if kind == "call":
+                    value = suite.solution(*args, **kwargs)
+                elif kind == "new":
+                    if len(self.instances) >= 64:
+                        return refuse("RuntimeError", "too many instances in one case")
+                    module = suite.solution(*args, **kwargs)
+                    key = len(self.instances)
+                    self.instances[key] = module
+                    params = {n: p.detach() for n, p in module.named_parameters()}
+                    value = {"key": key, "parameters": params,
+                             "buffers": {n: t.detach() for n, t in module.state_dict().items()
+                                         if n not in params}}
+                elif kind == "forward" and message.get("key") in self.instances:
+                    module = self.instances[message["key"]]
+                    module.load_state_dict(state, strict=True)
+                    module.train(bool(message.get("training")))
+                    value = module(*args, **kwargs)
+                else:
+                    return refuse("ValueError", "malformed request")
+        except Exception as err:  # the student's arguments made the reference fail
+            text = str(err).strip().splitlines()
+            return refuse(type(err).__name__, clean(text[-1] if text else ""))
+        encoder = protocol.Encoder()
+        try:
+            tree = encoder(value)
+        except protocol.Unsendable as err:
+            self.harness_errors.append(f"the reference {name} returned something that cannot be "
+                                       f"sent to the worker: {err}")
+            return refuse("RuntimeError", "the reference's result cannot be sent")
+        return {"op": "upstream_ok", "value": tree}, encoder.blobs
+
+    # -- grading steps
+    def load(self, codes: list[tuple[str, ExerciseCode]]) -> None:
+        """Run the exercise cells in notebook order; a failing cell costs its own exercise."""
+        for name, code in codes:
+            try:
+                self.ensure()
+                reply, _ = self.exchange(self._exec_message(code), self._step_timeout())
+            except TimeUp:
+                self.load_errors[name] = (f"not run: the submission used up its time limit "
+                                          f"({self.ctx.limits.timeout:g} s)")
+                continue
+            except WorkerLost as lost:
+                self._lost(lost)
+                self.load_errors[name] = f"the cell's worker {lost.reason}"
+                continue
+            if reply.get("op") == "ok":
+                self.loaded.append((name, code))
+            else:
+                self.load_errors[name] = "the cell did not run: " + _error_text(reply)
+
+    def run_case(self, suite: Suite, index: int) -> Outputs | str:
+        """The submission's outputs for one case, or why there are none."""
+        self.allowed = {u: self.ctx.suites[u] for u in suite.upstream if u in self.ctx.suites}
+        self.instances = {}
+        self.upstream_calls = 0
+        try:
+            self.ensure()
+            self._step_timeout()
+            args = suite.inputs(index)
+            self.bounds = Bounds(args)
+            kinds = {u: "class" if inspect.isclass(s.solution) else "function"
+                     for u, s in self.allowed.items()}
+            fn = self.request({"op": "begin", "name": suite.name, "upstream": kinds,
+                               "seed": index})
+            return as_outputs(suite.run(fn, args))
+        except OutputError as err:
+            return f"returned the wrong type: {err}"
+        except WorkerLost as lost:
+            return f"the worker {lost.reason} while running this case"
+        except TimeUp:
+            return f"not run: the submission used up its time limit ({self.ctx.limits.timeout:g} s)"
+        except HarnessError as err:
+            self.harness_errors.append(f"{suite.name}: {err}")
+            return f"grader error: {err}"
+        except Exception as err:  # the student's bug, as in the notebook's check()
+            return describe_exception(err)
+
+
+def _error_text(reply: dict) -> str:
+    line = reply.get("line")
+    where = f" (line {line} of the cell)" if isinstance(line, int) else ""
+    text = f"{clean(reply.get('type'), 100)}: {clean(reply.get('message', ''))}{where}"
+    if "coursekit" in text:
+        text += ". The grader runs exercises without coursekit: compute the answer yourself"
+    return text
