@@ -180,3 +180,68 @@ class MultiHeadAttention(nn.Module):
             dropout = self.dropout if self.training else 0.0
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         return self.out_proj(merge_heads(out)), weights
+
+
+# ---- Chapter 3: self-attention layer and chunked attention
+
+
+class SelfAttention(nn.Module):
+    """One head of self-attention: queries, keys and values all come from the same inputs X.
+
+    Q = X W_Q, K = X W_K, V = X W_V, Y = softmax(QKᵀ/√d_k) V (row-major: one token per row).
+    ``W_Q``, ``W_K``, ``W_V`` are ``nn.Linear`` layers, so ``W_Q.weight`` is W_Qᵀ: (d_k, d_model).
+    d_k defaults to d_model and d_v to d_k.
+    """
+
+    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None,
+                 bias: bool = False) -> None:
+        super().__init__()
+        d_k = d_model if d_k is None else d_k
+        d_v = d_k if d_v is None else d_v
+        self.W_Q = nn.Linear(d_model, d_k, bias=bias)
+        self.W_K = nn.Linear(d_model, d_k, bias=bias)
+        self.W_V = nn.Linear(d_model, d_v, bias=bias)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x: (B, N, d_model), mask: bool broadcastable to (B, N, N), True = may attend
+        -> output (B, N, d_v), weights (B, N, N)."""
+        return scaled_dot_product_attention(self.W_Q(x), self.W_K(x), self.W_V(x), mask)
+
+
+def chunked_attention(q: Tensor, k: Tensor, v: Tensor, chunk_size: int,
+                      causal: bool = False) -> Tensor:
+    """softmax(QKᵀ/√d_k) V, computed over blocks of ``chunk_size`` keys with an online softmax.
+
+    The (N_q, N_k) weight matrix is never built: each block's scores are (N_q, C), so the working
+    memory grows like N_q·C instead of N_q·N_k (the idea behind FlashAttention). Per query row
+    it keeps a running max m, a running denominator ℓ = Σ_j exp(s_j − m) and a running numerator
+    acc = Σ_j exp(s_j − m) v_j; when a block raises the max to m', both sums are rescaled by
+    exp(m − m'). The answer is acc / ℓ, the same as the two-pass softmax.
+
+    ``causal`` uses :func:`causal_mask`'s alignment (query i sits at position i + N_k − N_q); a
+    row with no allowed key gets zeros. q: (..., N_q, d_k), k: (..., N_k, d_k),
+    v: (..., N_k, d_v) -> (..., N_q, d_v).
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q = q / math.sqrt(q.shape[-1])
+    m = q.new_full((*batch, n_q, 1), float("-inf"))  # running max of the scores
+    l = q.new_zeros((*batch, n_q, 1))  # running Σ exp(s − m)
+    acc = q.new_zeros((*batch, n_q, v.shape[-1]))  # running Σ exp(s − m) v
+    query_pos = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)
+    for start in range(0, n_k, chunk_size):
+        stop = min(start + chunk_size, n_k)
+        s = q @ k[..., start:stop, :].transpose(-2, -1)  # (..., N_q, C)
+        if causal:
+            allowed = torch.arange(start, stop, device=q.device) <= query_pos  # (N_q, C)
+            s = s.masked_fill(~allowed, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with nothing allowed yet
+        p = torch.exp(s - m_safe)  # unnormalised weights of this block
+        rescale = torch.exp(m - m_safe)  # what the old sums are worth under the new max
+        l = l * rescale + p.sum(dim=-1, keepdim=True)
+        acc = acc * rescale + p @ v[..., start:stop, :]
+        m = m_new
+    return acc / l.masked_fill(l == 0, 1.0)

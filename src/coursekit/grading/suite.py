@@ -169,7 +169,7 @@ class SuiteResult:
 
     @property
     def earned(self) -> float:
-        return sum(c.earned for c in self.cases)
+        return round(sum(c.earned for c in self.cases), 9)  # no 2.9999999999999996 for 3
 
     @property
     def points(self) -> float:
