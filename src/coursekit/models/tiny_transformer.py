@@ -1,0 +1,85 @@
+"""A tiny transformer language model whose attention can be inspected, head by head.
+
+Pre-norm blocks (LayerNorm before each sub-layer, as in GPT-2)::
+
+    x = x + MHA(LN(x))        # coursekit.attention.MultiHeadAttention
+    x = x + MLP(LN(x))        # Linear -> GELU -> Linear
+
+Tokens get a learned embedding plus a learned absolute position embedding (Chapter 5 compares
+the ways of telling a transformer where a token is). With ``causal=True`` it is a GPT-style
+next-token model; with ``causal=False`` the same stack is a BERT-style encoder.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from coursekit.attention import MultiHeadAttention
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block: multi-head self-attention, then a position-wise MLP."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x: Tensor, key_mask: Tensor | None = None, is_causal: bool = True,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x: (B, N, d_model) -> (B, N, d_model), weights (B, H, N, N) or None."""
+        a, weights = self.attn(self.ln1(x), key_mask=key_mask, is_causal=is_causal,
+                               need_weights=need_weights)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), weights
+
+
+class TinyTransformer(nn.Module):
+    """Token + position embeddings, ``n_layers`` pre-norm blocks, final LayerNorm, vocabulary head.
+
+    forward(ids) -> logits (B, N, vocab_size) and, with ``need_weights=True``, the attention
+    weights of every layer: a list of ``n_layers`` tensors (B, H, N, N).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 d_ff: int | None = None, max_len: int = 64, causal: bool = True,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.causal, self.max_len = causal, max_len
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, ids: Tensor, key_mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+        """ids: (B, N) token ids; key_mask: (B, N) bool, True at real tokens (None: all real).
+
+        A causal model with right padding needs no key_mask: real tokens never see the padding
+        that follows them.
+        """
+        N = ids.shape[1]
+        if N > self.max_len:
+            raise ValueError(f"sequence of {N} tokens is longer than max_len={self.max_len}")
+        x = self.tok(ids) + self.pos(torch.arange(N, device=ids.device))
+        attentions = []
+        for block in self.blocks:
+            x, weights = block(x, key_mask=key_mask, is_causal=self.causal,
+                               need_weights=need_weights)
+            attentions.append(weights)
+        return self.head(self.ln_f(x)), attentions if need_weights else None
+
+
+def next_token_loss(logits: Tensor, ids: Tensor, pad_id: int = 0) -> Tensor:
+    """Cross-entropy of predicting ids[:, t+1] from position t, ignoring padding targets.
+
+    logits: (B, N, V), ids: (B, N) -> scalar.
+    """
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten(), ignore_index=pad_id)
