@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from coursekit.attention import AdditiveAttention, padding_mask
 
 
 def rnn_cell(x: Tensor, h: Tensor, W_ih: Tensor, W_hh: Tensor, b_ih: Tensor, b_hh: Tensor) -> Tensor:
@@ -138,8 +140,6 @@ class AttentionSeq2Seq(nn.Module):
         d_attn: int = 64, bidirectional: bool = True, pad_id: int = 0,
     ) -> None:
         super().__init__()
-        from coursekit.attention import AdditiveAttention
-
         d_enc = 2 * d_hidden if bidirectional else d_hidden  # size of an annotation h_j
         self.src_emb = nn.Embedding(src_vocab, d_emb, padding_idx=pad_id)
         self.tgt_emb = nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id)
@@ -151,10 +151,6 @@ class AttentionSeq2Seq(nn.Module):
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
         """src: (B, S) -> annotations h (B, S, d_enc), mask (B, S) True at real tokens, state s_0."""
-        from torch.nn.utils.rnn import pad_packed_sequence
-
-        from coursekit.attention import padding_mask
-
         packed = pack_padded_sequence(
             self.src_emb(src), src_len.cpu(), batch_first=True, enforce_sorted=False
         )
