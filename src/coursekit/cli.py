@@ -1,4 +1,4 @@
-"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade`` (more as the book grows)."""
+"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade``, ``book``."""
 
 from __future__ import annotations
 
@@ -42,8 +42,12 @@ def _grade(args: argparse.Namespace) -> int:
     if args.gradescope:
         from coursekit.grading.gradescope import build_autograder
 
-        path = build_autograder(Path(args.gradescope), chapter=args.chapter,
-                                extra_cases=args.extra_cases, limits=limits)
+        try:
+            path = build_autograder(Path(args.gradescope), chapter=args.chapter,
+                                    extra_cases=args.extra_cases, limits=limits)
+        except (ValueError, OSError) as err:
+            print(f"coursekit grade: {err}", file=sys.stderr)
+            return 2
         print(f"wrote the Gradescope autograder {path}: upload it as the assignment's "
               "autograder (Ubuntu base image)")
         return 0
@@ -58,8 +62,14 @@ def _grade(args: argparse.Namespace) -> int:
     except (HarnessError, ValueError, OSError) as err:
         print(f"coursekit grade: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     if args.quiet:
         print(result.summary)
+    if not result.records:
+        print(f"coursekit grade: no submissions found in {', '.join(args.paths)}",
+              file=sys.stderr)
+        return 2
     errors = sum(bool(r["extra_data"]["coursekit"]["harness_errors"]) for r in result.records)
     print(f"results in {args.out}/ (grades.csv, summary.md, <submission>/results.json and "
           "feedback.md)", file=sys.stderr)
@@ -109,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead of grading, write a Gradescope autograder zip that runs this "
                         "grader (use with --chapter)")
     p.set_defaults(run=_grade)
+
+    from coursekit import book  # the book: `coursekit book --edition student|instructor`
+
+    p = commands.add_parser("book", help="build the book (instructor or student edition)",
+                            description=book.build_help())
+    book.add_arguments(p)
 
     args = parser.parse_args(argv)
     return args.run(args)

@@ -1,0 +1,316 @@
+"""The built book, opened page by page in a real browser (headless Chromium, no network).
+
+The module builds the instructor edition once (``coursekit book --all``: every page is re-read,
+executed chapters come from jupyter-book's cache in ``_build/``), serves ``_build/html`` on
+127.0.0.1 and opens every page. A page fails on a console error, a failed request, a request to
+any other host, math left as raw TeX, a MathJax error, an image that did not load, or an explorer
+whose slider does not change its frame. A screenshot of every page lands in ``_build/screenshots``.
+
+Chromium comes from Debian (``apt-get install chromium``); Playwright drives it and downloads no
+browser of its own. Without Chromium the tests fail and say so; ``COURSEKIT_SKIP_BROWSER=1``
+skips them explicitly (a machine where Chromium cannot be installed).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync"]
+BUILD_TIMEOUT = 1800  # seconds; a cold build executes every chapter
+
+if os.environ.get("COURSEKIT_SKIP_BROWSER") == "1":
+    pytest.skip("COURSEKIT_SKIP_BROWSER=1: the browser test of the book is skipped",
+                allow_module_level=True)
+
+
+def chromium_path() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("Chromium is not installed, so the book cannot be checked in a browser. Install "
+                "it with `sudo apt-get install chromium` (Debian/Ubuntu), or set "
+                "COURSEKIT_SKIP_BROWSER=1 to skip this test explicitly.", pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures: the build, a local server, the browser
+
+
+@pytest.fixture(scope="module")
+def build_log() -> str:
+    """Build the instructor edition; return its log. Fails when the build fails."""
+    chromium_path()  # fail before a long build if the browser is missing
+    proc = subprocess.run(
+        [sys.executable, "-m", "coursekit.cli", "book", "--edition", "instructor", "--all"],
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"the book did not build:\n{log[-6000:]}"
+    return log
+
+
+@pytest.fixture(scope="module")
+def base_url(build_log: str):
+    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs Playwright: `pip install -r requirements.txt`",
+                    pytrace=False)
+    executable = chromium_path()
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=executable, headless=True,
+                                     args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def pages(build_log: str) -> list[str]:
+    """Every HTML page of the built book, as a path relative to the site."""
+    found = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
+                   if not p.relative_to(SITE).parts[0].startswith("_"))
+    assert "index.html" in found and len(found) >= 5, found
+    return found
+
+
+class Visit:
+    """One page open in the browser, with everything that went wrong while it loaded."""
+
+    def __init__(self, browser, base_url: str, path: str):
+        self.base, self.path, self.problems = base_url, path, []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.context.route("**/*", self._route)
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda err: self.problems.append(f"JavaScript error: {err}"))
+        self.page.on("requestfailed", self._failed)
+        self.page.on("response", self._response)
+        self.page.goto(base_url + path, wait_until="load")
+        self.page.wait_for_load_state("networkidle")
+        self.page.evaluate(WAIT_FOR_MATHJAX)
+
+    def _route(self, route):
+        url = route.request.url
+        if url.startswith(self.base) or url.split(":", 1)[0] in ("data", "blob", "about"):
+            route.continue_()
+        else:
+            self.problems.append(f"external request: {url}")
+            route.abort()
+
+    def _console(self, message):
+        if message.type == "error":
+            self.problems.append(f"console error: {message.text}")
+
+    def _failed(self, request):
+        if urlparse(request.url).hostname == "127.0.0.1":
+            self.problems.append(f"failed request: {request.url} ({request.failure})")
+
+    def _response(self, response):
+        if response.status >= 400:
+            self.problems.append(f"HTTP {response.status}: {response.url}")
+
+    def close(self):
+        self.context.close()
+
+
+WAIT_FOR_MATHJAX = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  await document.fonts.ready;
+}"""
+
+# Text a reader can see that still looks like TeX: $$, \[ \], \begin{...}, or $...\command...$.
+FIND_RAW_MATH = r"""() => {
+  const skip = "PRE, CODE, SCRIPT, STYLE, TEXTAREA, MJX-CONTAINER, .highlight, .cell_output";
+  const raw = /\$\$|\\\[|\\\]|\\begin\{|\$[^$\n]*\\[A-Za-z]+[^$\n]*\$/;
+  const found = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent || parent.closest(skip) || !parent.offsetParent) continue;
+    const m = node.textContent.match(raw);
+    if (m) found.push(node.textContent.trim().slice(0, 120));
+  }
+  document.querySelectorAll("mjx-merror").forEach(e => found.push("MathJax error: " +
+    (e.getAttribute("data-mjx-error") || e.textContent).slice(0, 120)));
+  return found;
+}"""
+
+FIND_BROKEN_IMAGES = """async () => {
+  const images = Array.from(document.images);
+  await Promise.all(images.map(img => { img.loading = "eager"; return img.decode().catch(() => {}); }));
+  return images.filter(img => !img.complete || img.naturalWidth === 0)
+               .map(img => (img.getAttribute("src") || "(no src)").slice(0, 120));
+}"""
+
+
+def _screenshot_name(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", path.removesuffix(".html"))
+
+
+def _check_explorers(visit: Visit) -> tuple[int, list[str]]:
+    """Move every slider of every explorer to its end; the frame and its label must follow."""
+    page, problems = visit.page, []
+    explorers = page.locator(".ck-explorer")
+    for e in range(explorers.count()):
+        explorer = explorers.nth(e)
+        explorer.scroll_into_view_if_needed()
+        frame = explorer.locator("img.ck-explorer-frame")
+        sliders = explorer.locator("input[type=range]")
+        if sliders.count() == 0:
+            problems.append(f"explorer {e + 1} has no slider")
+        for s in range(sliders.count()):
+            slider = sliders.nth(s)
+            name = slider.get_attribute("data-control")
+            labels = json.loads(slider.get_attribute("data-labels"))
+            if len(labels) < 2:
+                continue
+            before = frame.get_attribute("src")
+            slider.focus()
+            slider.press("End")
+            after = frame.get_attribute("src")
+            shown = slider.evaluate("el => el.nextElementSibling.textContent")
+            if after == before:
+                problems.append(f"explorer {e + 1}: moving {name!r} to its end did not change "
+                                "the frame")
+            if shown != labels[-1]:
+                problems.append(f"explorer {e + 1}: {name!r} shows {shown!r}, not {labels[-1]!r}")
+            if not frame.evaluate("img => img.complete && img.naturalWidth > 0"):
+                problems.append(f"explorer {e + 1}: the frame for {name}={labels[-1]} is broken")
+        explorer.screenshot(path=SCREENSHOTS / f"{_screenshot_name(visit.path)}--explorer-{e + 1}"
+                            ".png")
+    return explorers.count(), problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+
+
+def test_the_book_builds_without_warnings(build_log: str):
+    warnings = [line for line in build_log.splitlines() if re.search(r"\b(WARNING|ERROR):", line)]
+    assert not warnings, "the build warned:\n" + "\n".join(warnings)
+
+
+def test_every_page_renders_offline_and_its_explorers_respond(browser, base_url, pages):
+    """Every page: no console error, no failed or external request, no raw math, no broken
+    image, and every explorer answers its sliders. Screenshots go to _build/screenshots/."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    failures, explorers = {}, 0
+    for path in pages:
+        visit = Visit(browser, base_url, path)
+        try:
+            problems = visit.problems
+            problems += [f"raw math: {t}" for t in visit.page.evaluate(FIND_RAW_MATH)]
+            problems += [f"missing image: {s}" for s in visit.page.evaluate(FIND_BROKEN_IMAGES)]
+            visit.page.screenshot(path=SCREENSHOTS / f"{_screenshot_name(path)}.png",
+                                  full_page=True)
+            count, explorer_problems = _check_explorers(visit)
+            explorers += count
+            problems += explorer_problems
+            if problems:
+                failures[path] = problems
+        finally:
+            visit.close()
+    report = "\n".join(f"{path}:\n  " + "\n  ".join(p) for path, p in failures.items())
+    assert not failures, f"{len(failures)} of {len(pages)} pages failed:\n{report}"
+    assert explorers >= 1, "no explorer found in the book: the interactivity check saw nothing"
+
+
+def test_math_is_typeset_by_mathjax_from_the_site(browser, base_url):
+    visit = Visit(browser, base_url, "solutions/01_rnn_recap.html")
+    try:
+        assert visit.page.locator("mjx-container").count() > 5
+        scripts = visit.page.eval_on_selector_all("script[src]", "els => els.map(e => e.src)")
+        assert any(s.startswith(base_url) and "mathjax" in s for s in scripts), scripts
+        assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+
+
+def test_solutions_are_collapsed_toggles_under_the_students_stub(browser, base_url, pages):
+    chapters = [p for p in pages if p.startswith("solutions/")]
+    assert chapters
+    for path in chapters:
+        visit = Visit(browser, base_url, path)
+        try:
+            labels = visit.page.locator(".ck-exercise-label")
+            toggles = visit.page.locator("details.ck-solution")
+            assert labels.count() >= 1 and toggles.count() == labels.count(), path
+            for i in range(toggles.count()):
+                toggle = toggles.nth(i)
+                assert toggle.get_attribute("open") is None, f"{path}: solution {i + 1} is open"
+                stub = toggle.locator("xpath=preceding-sibling::*[1]").inner_text()
+                assert "raise NotImplementedError" in stub, f"{path}: no stub above solution"
+                toggle.locator("summary").click()
+                assert toggle.get_attribute("open") is not None
+                solution = toggle.locator("pre").inner_text()
+                assert "NotImplementedError" not in solution and "SOLUTION" not in solution
+                assert toggle.locator("pre").is_visible()
+        finally:
+            visit.close()
+
+
+def test_launch_and_download_buttons_follow_the_repository_setting(browser, base_url, pages):
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    repo = urlparse(config["repository"]["url"]).path.strip("/")  # org/name
+    branch = config["repository"].get("branch", "main")
+    chapter = next(p for p in pages if p.startswith("solutions/"))
+    notebook = chapter.removesuffix(".html") + ".ipynb"
+    visit = Visit(browser, base_url, chapter)
+    try:
+        links = visit.page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+        assert any(h.startswith(config["launch_buttons"]["binderhub_url"]) and repo in h
+                   and branch in h and notebook in h for h in links), "no Binder button"
+        assert any(h.startswith(config["launch_buttons"]["colab_url"]) and repo in h
+                   and notebook in h for h in links), "no Colab button"
+        download = [h for h in links if h.startswith(base_url) and h.endswith(".ipynb")]
+        assert download, "no download-notebook button"
+        response = visit.page.request.get(download[0])
+        assert response.ok and '"cells"' in response.text()
+    finally:
+        visit.close()
+
+
+def test_search_works_offline(browser, base_url):
+    visit = Visit(browser, base_url, "search.html?q=LSTM")
+    try:
+        results = visit.page.locator("#search-results li")
+        results.first.wait_for(timeout=20_000)
+        assert results.count() >= 1
+        assert not visit.problems, visit.problems
+    finally:
+        visit.close()

@@ -1,0 +1,183 @@
+"""The book's two editions and offline assets, without a browser (tests/test_book_browser.py
+opens the built book)."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from docutils import nodes
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
+
+from coursekit import book
+from coursekit.release import BEGIN, END
+
+# sphinx-jupyterbook-latex still calls docutils' traverse(); nothing this project can change
+pytestmark = pytest.mark.filterwarnings("ignore:nodes.Node.traverse:PendingDeprecationWarning")
+ROOT = Path(__file__).resolve().parents[1]
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+
+
+def _files(toc) -> list[str]:
+    if isinstance(toc, list):
+        return [f for entry in toc for f in _files(entry)]
+    if isinstance(toc, dict):
+        own = [toc[k] for k in ("root", "file") if k in toc]
+        return own + [f for k, v in toc.items() if k not in ("root", "file") for f in _files(v)]
+    return []
+
+
+def test_every_toc_entry_exists_in_both_editions():
+    for edition in (TOC, book.student_toc(TOC)):
+        for name in _files(edition):
+            assert any((ROOT / f"{name}{s}").exists() for s in (".md", ".ipynb")), name
+
+
+def test_the_student_toc_swaps_solutions_for_notebooks_and_keeps_the_rest():
+    toc = {"format": "jb-book", "root": "book/intro",
+           "parts": [{"caption": "Chapters", "chapters": [
+               {"file": "solutions/01_a"}, {"file": "solutions/02_b", "sections": [
+                   {"file": "solutions/02_c"}]}]},
+                     {"caption": "Reference", "chapters": [{"file": "book/references"}]}]}
+    student = book.student_toc(toc)
+    assert _files(student) == ["book/intro", "notebooks/01_a", "notebooks/02_b",
+                               "notebooks/02_c", "book/references"]
+    assert toc["parts"][0]["chapters"][0]["file"] == "solutions/01_a"  # the input is untouched
+    chapters = [f for f in _files(book.student_toc(TOC)) if not f.startswith("book/")]
+    assert chapters and all(f.startswith("notebooks/") for f in chapters)
+
+
+def test_editions_are_checked_and_built_in_separate_folders():
+    assert book.output_dir("instructor", ROOT) == ROOT / "_build" / "html"
+    assert book.output_dir("student", ROOT) == ROOT / "_build" / "student" / "html"
+    with pytest.raises(ValueError, match="edition"):
+        book.output_dir("teacher", ROOT)
+
+
+def _exercise_cell(source: str) -> nodes.container:
+    """A code cell as myst-nb puts it in the doctree."""
+    document = new_document("test", get_default_settings(Parser))
+    meta = {"tags": ["exercise"], "coursekit": {"exercise": "09.1", "name": "f", "points": 2}}
+    cell = nodes.container(nb_element="cell_code", cell_metadata=meta, classes=["cell"])
+    code = nodes.container(nb_element="cell_code_source", classes=["cell_input"])
+    code += nodes.literal_block(source, source, language="ipython3")
+    cell += code
+    document += cell
+    return cell
+
+
+SOLVED = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION"
+
+
+def test_instructor_edition_shows_the_stub_then_the_solution_in_a_collapsed_toggle():
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    cell = _exercise_cell(SOLVED)
+    book._render_exercise(cell, "instructor", "solutions/09_x")
+    label, stub, toggle = cell.children
+    assert label.astext() == "Exercise 09.1 · f · 2 points"
+    assert stub.astext() == ('def f(x):\n    y = 1\n    # YOUR CODE HERE\n'
+                             '    raise NotImplementedError("Exercise 09.1")')
+    assert isinstance(toggle, HideCodeCellNode) and "ck-solution" in toggle["classes"]
+    assert toggle["prompt_show"] == "Show solution"
+    assert toggle.astext() == "def f(x):\n    y = 1\n    return x + y"
+    assert next(iter(toggle.findall(nodes.literal_block)))["language"] == "ipython3"
+
+
+def test_student_edition_never_shows_a_solution():
+    cell = _exercise_cell(SOLVED)
+    book._render_exercise(cell, "student", "solutions/09_x")
+    assert "return x + y" not in cell.astext() and "SOLUTION" not in cell.astext()
+    assert "raise NotImplementedError" in cell.astext()
+    released = _exercise_cell('def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError("x")')
+    before = released.children[0].astext()
+    book._render_exercise(released, "student", "notebooks/09_x")
+    assert [c.astext() for c in released.children] == ["Exercise 09.1 · f · 2 points", before]
+
+
+def test_mathjax_is_shipped_by_an_installed_package():
+    source = book._mathjax_source()
+    assert source is not None, f"pip install {book.MATHJAX_PACKAGE}"
+    for name in book.MATHJAX_FILES:
+        assert (source / name).exists(), name
+    fonts = list((source / "output/chtml/fonts/woff-v2").glob("*.woff"))
+    assert len(fonts) > 20
+
+
+def test_the_config_loads_the_extension_and_no_cdn_scripts():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert "coursekit.book" in config["sphinx"]["extra_extensions"]
+    assert config["sphinx"]["config"]["nb_ipywidgets_js"] == {}
+    assert config["launch_buttons"].get("thebe") is False
+    assert (ROOT / config["bibtex_bibfiles"][0]).exists()
+
+
+class _Text(HTMLParser):
+    """The visible text of an HTML page (syntax-highlighted code joined back into lines)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts, self._skip = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("script", "style")
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+def _page_text(path: Path) -> str:
+    parser = _Text()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return "".join(parser.parts)
+
+
+def _solution_lines(chapter: str) -> list[str]:
+    """Lines that only a chapter's solutions contain: between BEGIN and END SOLUTION, long
+    enough to be unmistakable, and absent from the student notebook."""
+    lines = []
+    for path in [ROOT / "solutions" / f"{chapter}.ipynb"]:
+        student = (ROOT / "notebooks" / path.name).read_text(encoding="utf-8")
+        for cell in nbformat.read(path, as_version=4).cells:
+            inside = False
+            for line in cell.source.splitlines():
+                if line.strip() in (BEGIN, END):
+                    inside = line.strip() == BEGIN
+                elif inside and len(line.strip()) > 15 and line.strip() not in student:
+                    lines.append(line.strip())
+    return lines
+
+
+def test_the_student_edition_has_every_exercise_and_no_solution(tmp_path):
+    """Both editions, built without executing (stored outputs only): the solutions are in the
+    instructor edition's toggles and nowhere in the student edition."""
+    chapters = [f.split("/", 1)[1] for f in _files(TOC) if f.startswith("solutions/")]
+    instructor = book.build("instructor", output=tmp_path / "i", execute=False, quiet=True)
+    student = book.build("student", output=tmp_path / "s", execute=False, quiet=True)
+    assert not (student / "solutions").exists()
+    for chapter in chapters:
+        solutions = _solution_lines(chapter)
+        assert solutions, chapter
+        page = instructor / "solutions" / f"{chapter}.html"
+        text, raw = _page_text(page), page.read_text(encoding="utf-8")
+        labels = raw.count('class="ck-exercise-label"')
+        assert labels >= 1 and raw.count('class="admonition hide below-input ck-solution"') == labels
+        assert 'raise NotImplementedError("Exercise' in text  # the stub, above each toggle
+        assert [line for line in solutions if line in text], f"{chapter}: no solution shown"
+
+        page = student / "notebooks" / f"{chapter}.html"
+        text, raw = _page_text(page), page.read_text(encoding="utf-8")
+        assert raw.count('class="ck-exercise-label"') == labels
+        assert 'raise NotImplementedError("Exercise' in text
+        assert "ck-solution" not in raw
+        assert not [line for line in solutions if line in text], f"{chapter}: a solution leaked"
+        assert f"notebooks/{chapter}.ipynb" in raw  # launch and download the student's notebook
