@@ -86,3 +86,40 @@ if __name__ == "__main__":
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     print_table(measure(tuple(args.lengths), device=args.device))
+
+
+
+# Run in a fresh process per measurement: the peak resident set grows only with what the one
+# forward pass allocates beyond the inputs (ru_maxrss is a high-water mark, in KiB on Linux).
+_MEMORY_PROBE = """
+import resource, sys, torch
+from coursekit.attention import chunked_attention, scaled_dot_product_attention
+n, path = int(sys.argv[1]), sys.argv[2]
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
+fn = {"explicit": lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
+      "chunked": lambda q, k, v: chunked_attention(q, k, v, chunk_size=256),
+      "F.sdpa": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v)}[path]
+with torch.no_grad():  # load kernels and thread pools on a tiny input first
+    fn(*(torch.randn(1, 1, 300, 64) for _ in range(3)))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with torch.no_grad():
+    fn(q, k, v)
+print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, 0) * 1024)
+"""
+
+
+def peak_memory(lengths=(2048, 4096, 8192)) -> list[dict]:
+    """Peak memory (bytes) one forward pass adds over its inputs, per path, B = H = 1, d = 64."""
+    import subprocess
+    import sys
+
+    rows = []
+    for n in lengths:
+        row = {"N": n}
+        for path in ("explicit", "chunked", "F.sdpa"):
+            out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(n), path], check=True,
+                                 capture_output=True, text=True)
+            row[path] = int(out.stdout.strip())
+        rows.append(row)
+    return rows

@@ -85,6 +85,8 @@ def test_sequence_tasks_and_vocab():
     assert batch.tgt_in[:, 0].eq(task.vocab.bos_id).all()
     assert batch.tgt_out[:, -1].eq(task.vocab.eos_id).all()
     assert task.vocab.decode(batch.tgt_out[0]) == "".join(batch.targets[0])
+    moved = batch.to("cpu")
+    assert torch.equal(moved.tgt_out, batch.tgt_out) and moved.sources == batch.sources
     with pytest.raises(ValueError, match="unknown task"):
         SequenceTask("shuffle")
     with pytest.raises(KeyError, match="not in the vocabulary"):

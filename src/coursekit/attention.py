@@ -10,6 +10,7 @@ Conventions used throughout the book:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -122,6 +123,27 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(B, N, H * d_head)
 
 
+@dataclass
+class KVCache:
+    """The keys and values one attention layer has computed so far, for generation.
+
+    k, v: (B, H, N_past, d_head). Each decoding step appends its new position's key and value, so
+    the step costs O(N) instead of recomputing every earlier position: O(N²) over a sequence.
+    """
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, N_new, d_head) keys and values; return all of them so far."""
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=-2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -158,14 +180,18 @@ class MultiHeadAttention(nn.Module):
         key_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x_q: (B, N_q, d_model); x_kv: (B, N_k, d_model), or None for self-attention.
 
         attn_mask: bool (N_q, N_k) or (B, H|1, N_q, N_k), True = may attend; key_mask: bool
-        (B, N_k), True = a real token (False = padding); is_causal adds the causal mask.
+        (B, N_k), True = a real token (False = padding); is_causal adds the causal mask (aligned
+        to the last keys when a ``cache`` holds earlier positions).
         -> output (B, N_q, d_model), weights (B, H, N_q, N_k) or None.
         """
         q, k, v = (split_heads(t, self.n_heads) for t in self.project(x_q, x_kv))
+        if cache is not None:  # generation: the new queries see every key so far
+            k, v = cache.append(k, v)
         mask = attn_mask
         if key_mask is not None:
             mask = key_mask[:, None, None, :] if mask is None else mask & key_mask[:, None, None, :]

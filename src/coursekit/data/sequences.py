@@ -28,6 +28,11 @@ class SequenceBatch:
     sources: list[list[str]]
     targets: list[list[str]]
 
+    def to(self, device: torch.device | str) -> SequenceBatch:
+        """The same batch with its tensors on ``device``."""
+        return SequenceBatch(self.src.to(device), self.src_len, self.tgt_in.to(device),
+                             self.tgt_out.to(device), self.sources, self.targets)
+
 
 class SequenceTask:
     """Random digit strings of length ``min_len..max_len`` mapped by ``task`` (copy/reverse/sort)."""

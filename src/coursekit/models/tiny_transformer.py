@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursekit.attention import MultiHeadAttention
+from coursekit.attention import KVCache, MultiHeadAttention
 
 
 class Block(nn.Module):
@@ -31,10 +31,11 @@ class Block(nn.Module):
                                  nn.Dropout(dropout))
 
     def forward(self, x: Tensor, key_mask: Tensor | None = None, is_causal: bool = True,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool = False, cache: KVCache | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         """x: (B, N, d_model) -> (B, N, d_model), weights (B, H, N, N) or None."""
         a, weights = self.attn(self.ln1(x), key_mask=key_mask, is_causal=is_causal,
-                               need_weights=need_weights)
+                               need_weights=need_weights, cache=cache)
         x = x + a
         return x + self.mlp(self.ln2(x)), weights
 
@@ -58,21 +59,23 @@ class TinyTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
 
-    def forward(self, ids: Tensor, key_mask: Tensor | None = None,
-                need_weights: bool = False) -> tuple[Tensor, list[Tensor] | None]:
+    def forward(self, ids: Tensor, key_mask: Tensor | None = None, need_weights: bool = False,
+                caches: list[KVCache] | None = None) -> tuple[Tensor, list[Tensor] | None]:
         """ids: (B, N) token ids; key_mask: (B, N) bool, True at real tokens (None: all real).
 
         A causal model with right padding needs no key_mask: real tokens never see the padding
-        that follows them.
+        that follows them. ``caches`` (one :class:`KVCache` per block) holds the keys and values
+        of earlier positions during generation: ``ids`` are then only the new tokens.
         """
+        start = len(caches[0]) if caches else 0
         N = ids.shape[1]
-        if N > self.max_len:
-            raise ValueError(f"sequence of {N} tokens is longer than max_len={self.max_len}")
-        x = self.tok(ids) + self.pos(torch.arange(N, device=ids.device))
+        if start + N > self.max_len:
+            raise ValueError(f"sequence of {start + N} tokens is longer than max_len={self.max_len}")
+        x = self.tok(ids) + self.pos(torch.arange(start, start + N, device=ids.device))
         attentions = []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             x, weights = block(x, key_mask=key_mask, is_causal=self.causal,
-                               need_weights=need_weights)
+                               need_weights=need_weights, cache=caches[i] if caches else None)
             attentions.append(weights)
         return self.head(self.ln_f(x)), attentions if need_weights else None
 
