@@ -90,9 +90,14 @@ if __name__ == "__main__":
 
 
 # Run in a fresh process per measurement: the peak resident set grows only with what the one
-# forward pass allocates beyond the inputs (ru_maxrss is a high-water mark, in KiB on Linux).
+# forward pass allocates beyond the inputs. VmHWM (this process's high-water mark, KiB) is read
+# rather than ru_maxrss, which Linux carries over from the parent across exec.
 _MEMORY_PROBE = """
-import resource, sys, torch
+import sys, torch
+from pathlib import Path
+def peak():
+    line = [l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM")]
+    return int(line[0].split()[1])
 from coursekit.attention import chunked_attention, scaled_dot_product_attention
 n, path = int(sys.argv[1]), sys.argv[2]
 torch.manual_seed(0)
@@ -102,10 +107,10 @@ fn = {"explicit": lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
       "F.sdpa": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v)}[path]
 with torch.no_grad():  # load kernels and thread pools on a tiny input first
     fn(*(torch.randn(1, 1, 300, 64) for _ in range(3)))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak()
 with torch.no_grad():
     fn(q, k, v)
-print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, 0) * 1024)
+print(max(peak() - before, 0) * 1024)
 """
 
 

@@ -53,6 +53,16 @@ BUGS = {  # typical wrong answers, as a student would write them
 LOOP = "def rnn_cell(x, h, W_ih, W_hh, b_ih, b_hh):\n    while True:\n        pass\n"
 
 
+def _peak_mib() -> float:
+    """This process's peak resident memory. /proc's VmHWM, because ru_maxrss carries the peak of
+    the process that exec'd us (benchmarks/run.py, after the attention benchmark) over exec."""
+    try:
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("VmHWM")).split()[1]) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _exercise_cells(nb) -> dict[str, int]:
     return {c.metadata["coursekit"]["name"]: i for i, c in enumerate(nb.cells)
             if "exercise" in c.metadata.get("tags", [])}
@@ -121,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from coursekit.grading import batch
 
-    baseline_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    baseline_rss = _peak_mib()
     startup: dict[str, float] = {}
     original_probe = batch.probe_isolation
 
@@ -159,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency p95 (s)": round(latencies[int(0.95 * (len(latencies) - 1))], 3),
         "latency max (s)": round(latencies[-1], 3),
         "mean score": round(statistics.mean(scores), 2),
-        "grader peak RSS (MiB)": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                                       / 1024, 1),
+        "grader peak RSS (MiB)": round(_peak_mib(), 1),
         "grader RSS after importing torch (MiB)": round(baseline_rss, 1),
         "fork server peak RSS (MiB)": round(
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
