@@ -1,7 +1,8 @@
 """Every benchmark in one command: ``python benchmarks/run.py [--only attention memory ...]``.
 
 Prints a table per part and writes all figures as JSON (``--out``, default
-``benchmarks/results.json``), with the machine they were measured on. Parts:
+``benchmarks/results.json``), with the machine they were measured on; with ``--only``, the
+other parts' figures already in the file are kept. Parts:
 
 - ``attention``: forward+backward time ratios of coursekit's attention paths to PyTorch's;
 - ``memory``: peak memory of explicit, chunked and fused attention against sequence length;
@@ -66,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--out", default=str(HERE / "results.json"))
     args = parser.parse_args(argv)
-    results: dict = {"machine": machine()}
+    out = Path(args.out)
+    # a partial run (--only) updates its parts and keeps the others' latest figures
+    results: dict = json.loads(out.read_text()) if out.exists() and len(args.only) < len(PARTS) else {}
+    results["machine"] = machine()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if "attention" in args.only:
         print("\n## attention, forward + backward (ratio > 1: coursekit is slower)")
@@ -87,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if "grading" in args.only:
         print("\n## grading 100 submissions")
         results["grading"] = run_grading()
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    print(f"\nwrote {args.out}")
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwrote {out}")
     return 0
 
 
