@@ -31,7 +31,7 @@ from coursekit.grading import protocol
 from coursekit.grading.batch import Limits, grade
 from coursekit.grading.registry import all_suites
 from coursekit.grading.session import Bounds
-from coursekit.grading.suite import Case, Suite
+from coursekit.grading.suite import Case, Suite, compare
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = Limits(timeout=30, case_timeout=5, memory_mib=1024)
@@ -165,6 +165,20 @@ for step in range(3):
     print(step)
 {LSTM}
 """
+# A torch submodule the grader has not imported (the cell checks it), so the worker reads it from
+# the Python runtime's files: they must be visible even in a virtualenv inside the project, which
+# the workers must not see.
+LAZY_IMPORT = """import sys
+
+assert "torch.utils.benchmark" not in sys.modules
+import torch.utils.benchmark
+
+try:
+    import coursekit
+except ModuleNotFoundError:
+    coursekit = None
+
+""" + RNN.replace("    return", "    assert coursekit is None, 'coursekit can be imported'\n    return")
 PARTIAL_RNN = RNN.replace("    return torch.tanh", "    if x.shape[0] > 1:\n"
                                                     "        return torch.tanh(x @ W_ih.T)\n"
                                                     "    return torch.tanh")
@@ -179,6 +193,7 @@ SUBMISSIONS = {
     "frank.ipynb": notebook([PARTIAL_RNN, LSTM]),
     "henry.ipynb": notebook(CH90_WRONG_UPSTREAM, CH90),
     "ivy.ipynb": notebook(CH90_RIGHT, CH90),
+    "judy.ipynb": notebook([LAZY_IMPORT, LSTM]),
 }
 ZIPPED = {"grace.ipynb": notebook([RNN, LSTM]), "sub/heidi.ipynb": notebook([RNN_TODO, LSTM])}
 
@@ -219,8 +234,8 @@ def exercise(record: dict, key: str) -> dict:
 
 def test_every_submission_gets_a_result(graded):
     assert set(graded["records"]) == {"alice", "bob", "carol", "dave", "erin/erin", "frank",
-                                      "henry", "ivy", "class/grace", "class/sub/heidi"}
-    assert graded["batch"].graded == 10 and graded["batch"].skipped == 0
+                                      "henry", "ivy", "judy", "class/grace", "class/sub/heidi"}
+    assert graded["batch"].graded == 11 and graded["batch"].skipped == 0
 
 
 def test_a_correct_notebook_earns_full_marks_in_gradescope_format(graded):
@@ -289,6 +304,28 @@ def test_downstream_exercises_are_graded_with_the_upstream_reference(graded):
     assert graded["records"]["ivy"]["score"] == 7
 
 
+def test_workers_import_the_python_runtime_but_not_coursekit(graded):
+    record = graded["records"]["judy"]
+    assert record["score"] == 5, [t["output"] for t in record["tests"]]
+
+
+def test_an_endless_loop_costs_its_own_exercise_only(tmp_path):
+    """After a case times out, the exercise's other cases are skipped: the later exercise is
+    still graded within the submission's time (three case timeouts would use it all up)."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    loop = "def rnn_cell(*args):\n    while True:\n        pass\n"
+    (subs / "loops.ipynb").write_text(notebook([loop, LSTM]), encoding="utf-8")
+    batch = grade([subs], tmp_path / "out", jobs=1, stream=None,
+                  limits=Limits(timeout=3, case_timeout=1, memory_mib=1024))
+    record = batch.records[0]
+    assert (exercise(record, "01.1")["score"], exercise(record, "01.2")["score"]) == (0, 3)
+    outputs = [t["output"] for t in record["tests"] if t["name"].startswith("01.1")]
+    assert "timed out after 1 s" in outputs[0]
+    assert all("an earlier case of this exercise timed out" in o for o in outputs[1:])
+    assert "timed out" in record["extra_data"]["coursekit"]["problems"]
+
+
 def test_submissions_are_never_modified(graded):
     assert snapshot(graded["subs"]) == graded["before"]
 
@@ -325,11 +362,11 @@ def test_rerun_skips_unchanged_submissions_and_regrades_changed_ones(graded, tmp
     out = graded["out"]
     again = grade([subs], out, jobs=1, limits=FAST, suites={**all_suites(), **SYNTHETIC},
                   stream=None)
-    assert (again.graded, again.skipped) == (0, 10)
+    assert (again.graded, again.skipped) == (0, 11)
     (subs / "bob.ipynb").write_text(notebook([RNN, LSTM]), encoding="utf-8")
     again = grade([subs], out, jobs=1, limits=FAST, suites={**all_suites(), **SYNTHETIC},
                   stream=None)
-    assert (again.graded, again.skipped) == (1, 9)
+    assert (again.graded, again.skipped) == (1, 10)
     assert json.loads((out / "bob" / "results.json").read_text())["score"] == 5
 
 
@@ -341,8 +378,23 @@ def _wide(g):
     x, h = torch.randn(16, 3, generator=g), torch.randn(16, 40, generator=g)
     return (x, h, *(torch.randn(*s, generator=g) * 0.3 for s in [(40, 3), (40, 40), (40,), (40,)]))
 
-CASES = {"rnn_cell": [Case("hidden: batch 16, H=40", _wide, points=3)]}
+CASES = {"rnn_cell": [Case("hidden: batch 16, H=40", _wide, points=3,
+                          hint="SECRET: the wide case has more rows than any shown")]}
 """
+
+
+def test_rerun_with_another_chapter_grades_again(graded, tmp_path):
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    shutil.copy(graded["subs"] / "alice.ipynb", subs)
+    shutil.copytree(graded["out"] / "alice", out / "alice")
+    suites = {**all_suites(), **SYNTHETIC}
+    same = grade([subs], out, jobs=1, limits=FAST, suites=suites, chapter="01", stream=None)
+    assert (same.graded, same.skipped) == (0, 1)  # it was graded as chapter 01 already
+    other = grade([subs], out, jobs=1, limits=FAST, suites=suites, chapter="90", stream=None)
+    assert (other.graded, other.skipped) == (1, 0)
+    record = json.loads((out / "alice" / "results.json").read_text())
+    assert record["extra_data"]["coursekit"]["chapter"] == "90" and record["max_score"] == 7
 
 
 def test_cli_with_extra_hidden_cases_and_force(tmp_path, capsys):
@@ -365,6 +417,32 @@ def test_cli_with_extra_hidden_cases_and_force(tmp_path, capsys):
     assert main([*args, "--force"]) == 0
     assert "1 to grade" in capsys.readouterr().err
     assert (out / "grades.csv").exists() and (out / "summary.md").exists()
+
+
+def test_hidden_cases_stay_out_of_what_students_see(tmp_path):
+    """Right on the shown cases, wrong on the hidden one: the student's feedback (feedback.md and
+    the visible output of results.json) counts the hidden case, but shows neither its name, nor
+    its verdict, nor its hint. Its own test is published later."""
+    subs, out, extra = tmp_path / "subs", tmp_path / "out", tmp_path / "cases"
+    subs.mkdir()
+    extra.mkdir()
+    narrow = RNN.replace("    return", "    print('LEAK', tuple(x.shape))  # try to see the hidden inputs\n"
+                                      "    if x.shape[0] > 8:\n        return h\n    return")
+    (subs / "yan.ipynb").write_text(notebook([narrow, LSTM]), encoding="utf-8")
+    (extra / "rnn.py").write_text(HIDDEN_CASES, encoding="utf-8")
+    batch = grade([subs], out, jobs=1, limits=FAST, extra_cases=extra, stream=None)
+    record = batch.records[0]
+    assert record["score"] == pytest.approx(4)  # the hidden case weighs 3 of rnn_cell's 6
+    hidden = next(t for t in record["tests"] if "hidden" in t["name"])
+    assert hidden["visibility"] == "after_published" and hidden["status"] == "failed"
+    verdict = hidden["output"].splitlines()[0].removeprefix("✗ ")
+    seen = [record["output"], (out / "yan" / "feedback.md").read_text(),
+            *(t["output"] for t in record["tests"] if t["visibility"] == "visible")]
+    for text in seen:
+        assert "batch 16, H=40" not in text and "SECRET" not in text and verdict not in text
+        assert "LEAK" not in text, "what the code printed during a hidden case must not show"
+    for text in seen[:2]:
+        assert "1 hidden case(s): 0 passed" in text
 
 
 def test_cli_needs_paths_and_out(capsys, tmp_path):
@@ -518,6 +596,18 @@ def test_protocol_refuses_oversized_and_malformed_frames():
         protocol.unpack(protocol.pack({"x": 1}, [b"ab"])[4:] + b"extra")
     with pytest.raises(protocol.Unsendable, match="cannot be sent"):
         protocol.Encoder()(object())
+
+
+@pytest.mark.parametrize("expected, got, where", [
+    ([1.0, math.nan, 3.0], [1.0, 2.0, 3.0], "at index (1,): got 2, expected nan"),
+    ([1.0, math.nan, 3.0], [math.nan, math.nan, 3.0], "at index (0,): got nan, expected 1"),
+    ([math.inf, 2.0], [-math.inf, 2.0], "at index (0,): got -inf, expected inf"),
+    ([math.inf, 2.0], [5.0, 2.0], "at index (0,): got 5, expected inf"),
+])
+def test_a_non_finite_mismatch_is_reported_where_it_is(expected, got, where):
+    verdict = compare([torch.tensor(expected)], [torch.tensor(got)], 1e-5, 1e-4)
+    assert not verdict.ok and verdict.message == where
+    assert compare([torch.tensor(expected)], [torch.tensor(expected)], 1e-5, 1e-4).ok
 
 
 def test_upstream_requests_are_bounded_by_the_case_inputs():

@@ -9,6 +9,9 @@ the submission was still graded.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import socket
 import zipfile
 from pathlib import Path
@@ -22,6 +25,7 @@ import coursekit.rnn
 from coursekit.grading.batch import Limits, grade
 
 ROOT = Path(__file__).resolve().parents[1]
+FORGED = "forged.json"  # where no file may appear: in the results, next to the submissions
 LIMITS = Limits(timeout=30, case_timeout=2, memory_mib=1024, output_kib=256)
 
 RNN = '''def rnn_cell(x, h, W_ih, W_hh, b_ih, b_hh):
@@ -108,9 +112,10 @@ def corpus(out: Path, subs: Path, port: int) -> dict[str, tuple[str | bytes, flo
         "sys_exit.ipynb": (attack("    sys.exit(0)\n", "import sys\n"), 3, ["SystemExit"]),
         "segfault.ipynb": (attack("    return ctypes.string_at(0)\n", "import ctypes\n"), 3,
                            ["segmentation fault"]),
-        "recursion_bomb.ipynb": (attack("    sys.setrecursionlimit(10**6)\n"
+        "recursion_bomb.ipynb": (attack("    sys.setrecursionlimit(100_000)\n"
                                         "    f = lambda n: f(n + 1)\n    return f(0)\n",
-                                        "import sys\n"), 3, [""]),
+                                        "import sys\n"), 3,
+                                 ["RecursionError", "maximum recursion depth exceeded"]),
         "kill_everything.ipynb": (attack(
             "    return h * 0\n",
             "import os, signal\nfor target in (-1, 0, os.getppid(), 1):\n    try:\n"
@@ -124,7 +129,9 @@ def corpus(out: Path, subs: Path, port: int) -> dict[str, tuple[str | bytes, flo
         "student_results_json.ipynb": (attack(
             "    for path in ['results.json', '/autograder/results/results.json',\n"
             f"                 {str(out / 'student_results_json' / 'results.json')!r},\n"
-            f"                 {str(out / 'grades.csv')!r}]:\n"
+            f"                 {str(out / 'control' / 'results.json')!r},\n"
+            f"                 {str(out / 'grades.csv')!r}, {str(out / FORGED)!r},\n"
+            f"                 {str(subs.parent / FORGED)!r}]:\n"
             "        try:\n"
             "            with open(path, 'w') as f:\n"
             "                f.write('{\"score\": 100, \"max_score\": 5, \"tests\": []}')\n"
@@ -332,12 +339,19 @@ def test_nothing_reached_the_network(hostile):
 
 
 def test_submissions_are_untouched_and_student_files_do_not_replace_results(hostile):
+    """student_results_json writes a forged score (100) into its own results, another
+    submission's, grades.csv and two new files; none of it lands."""
+    out = hostile["out"]
     assert {p.name: p.read_bytes() for p in hostile["subs"].iterdir()} == hostile["before"]
     assert not (hostile["subs"] / "results.json").exists()
-    record = hostile["records"]["student_results_json"]
-    assert record["score"] == 3
-    csv = (hostile["out"] / "grades.csv").read_text()
-    assert "student_results_json" in csv and "100" not in csv.split("\n")[0]
+    assert not (out / FORGED).exists() and not (hostile["subs"].parent / FORGED).exists()
+    assert hostile["records"]["student_results_json"]["score"] == 3
+    control = json.loads((out / "control" / "results.json").read_text())
+    assert control == hostile["records"]["control"] and control["score"] == 5
+    assert len(control["tests"]) == 6 and {t["status"] for t in control["tests"]} == {"passed"}
+    rows = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))
+    assert {"student_results_json", "control"} <= {row["submission"] for row in rows}
+    assert all(float(row["score"]) <= float(row["max_score"]) == 5 for row in rows)
 
 
 def test_no_worker_process_outlives_the_batch(hostile):

@@ -240,8 +240,8 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
             elif suite.name in session.load_errors:
                 result.exercises.append(_failed(suite, session.load_errors[suite.name]))
             else:
-                submitted = [session.run_case(suite, i) for i in range(len(suite.cases))]
-                result.exercises.append(grade_outputs(suite, submitted))
+                result.exercises.append(grade_outputs(suite, session.run_cases(suite),
+                                                      ctx.hidden.get(suite.name, set())))
     except HarnessError as err:
         session.harness_errors.append(str(err))
         done = {r.suite.name for r in result.exercises}
@@ -251,7 +251,10 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         session.close()
     result.events = sorted(set(session.events))
     result.harness_errors = session.harness_errors
-    result.output = session.output.text()
+    if any(ctx.hidden.get(s.name) for s in suites):  # it could print a hidden case's inputs
+        result.notes.append("What your code printed is not shown: this grading has hidden cases.")
+    else:
+        result.output = session.output.text()
     result.worker_peak_mib = session.peak_kib / 1024
     result.seconds = time.monotonic() - start
     return result
@@ -322,6 +325,7 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
             previous = None if force else report.load_record(out, sub.id)
             if (previous is not None and digest is not None
                     and report.meta(previous).get("sha256") == digest
+                    and report.meta(previous).get("chapter") == which
                     and report.meta(previous).get("fingerprint") == ctx.fingerprint):
                 records[sub.id] = previous
             else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Set
 
 from coursekit.grading.registry import get_suite
 from coursekit.grading.suite import SuiteResult, run_suite
@@ -12,8 +12,11 @@ def _points(x: float) -> str:
     return f"{x:g}" if x == int(x) else f"{x:.2f}"
 
 
-def format_result(result: SuiteResult) -> str:
-    """The text ``check`` prints: a header with points, one ✓/✗ line per case, the hint."""
+def format_result(result: SuiteResult, hidden: Set[int] = frozenset()) -> str:
+    """The text ``check`` prints: a header with points, one ✓/✗ line per case, the hint.
+
+    ``hidden`` cases (the instructor's) are only counted: their names and messages stay out.
+    """
     suite = result.suite
     head = f"Exercise {suite.exercise} · {suite.name}"
     if result.status == "not attempted":
@@ -21,10 +24,14 @@ def format_result(result: SuiteResult) -> str:
                 f"Replace the `raise NotImplementedError` with your code and run this cell again.")
     lines = [f"{head}: {_points(result.earned)} / {_points(suite.points)} points"
              f" ({sum(c.earned == c.points for c in result.cases)}/{len(result.cases)} cases)"]
-    width = max(len(c.name) for c in result.cases)
-    for case in result.cases:
+    shown = [c for i, c in enumerate(result.cases) if i not in hidden]
+    width = max((len(c.name) for c in shown), default=0)
+    for case in shown:
         mark = "✓" if case.earned == case.points else "✗"
         lines.append(f"  {mark} {case.name:<{width}}  {case.message}")
+    if hidden:
+        passed = sum(result.cases[i].earned == result.cases[i].points for i in hidden)
+        lines.append(f"  {len(hidden)} hidden case(s): {passed} passed")
     if result.hint:
         lines.append(f"Hint: {result.hint}")
     return "\n".join(lines)

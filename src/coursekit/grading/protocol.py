@@ -124,12 +124,11 @@ class Encoder:
         self.parameters = parameters
 
     def tensor(self, key: str, t: torch.Tensor) -> dict:
-        blob = tensor_blob(t)
-        self.size += len(blob)
+        self.size += t.numel() * t.element_size()  # checked before a copy of it is made
         if self.size > MAX_FRAME:
             raise Unsendable(f"the tensors are too large to send ({self.size >> 20} MiB so far; "
                              f"the limit is {MAX_FRAME >> 20} MiB)")
-        self.blobs.append(blob)
+        self.blobs.append(tensor_blob(t))
         return {key: [str(t.dtype).removeprefix("torch."), list(t.shape), len(self.blobs) - 1]}
 
     def __call__(self, value: Any, depth: int = 0) -> Any:

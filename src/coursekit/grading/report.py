@@ -162,7 +162,8 @@ def results_json(result: SubmissionResult) -> dict:
 
 
 def feedback_text(result: SubmissionResult, markdown: bool = True) -> str:
-    """The feedback a student reads: the same per-case lines and hints as ``check()``."""
+    """The feedback a student reads: the same per-case lines and hints as ``check()``; hidden
+    cases only as a count."""
     fence = fenced if markdown else (lambda text: text)
     chapter = f"Chapter {result.chapter}" if result.chapter else "Submission"
     lines = [f"# {chapter} · feedback for {result.id}", "",
@@ -171,10 +172,7 @@ def feedback_text(result: SubmissionResult, markdown: bool = True) -> str:
     if result.problem:
         lines += [f"This submission could not be graded: {result.problem}.", ""]
     for r in result.exercises:
-        hidden = result.hidden.get(r.suite.name, set())
-        block = format_result(r)
-        if hidden:
-            block += "\n" + "\n".join(f"  (hidden case: {r.cases[i].name})" for i in sorted(hidden))
+        block = format_result(r, result.hidden.get(r.suite.name, set()))
         lines += [f"## Exercise {r.suite.exercise} · {r.suite.name}: "
                   f"{points(r.earned)} / {points(r.points)}", "", fence(block), ""]
     if result.notes:

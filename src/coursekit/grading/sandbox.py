@@ -8,7 +8,8 @@ that was actually in force (and checks it from inside a worker, see ``worker.pro
 2. A private root file system (needs the mount namespace): a tmpfs holding read-only binds of the
    system libraries and the Python runtime only, a fresh ``/proc`` and a small private ``/tmp``.
    Paths the grader names as hidden (the coursekit package, the submissions, the results, extra
-   cases) are covered by empty mounts where they fall inside what is visible.
+   cases) are covered by empty mounts where they fall inside what is visible. The runtime's own
+   directories stay visible even inside a hidden one (a virtualenv inside the project).
 3. No privileges: as root, a dedicated unprivileged uid per worker slot (so ``RLIMIT_NPROC``
    counts the sandbox alone); in a user namespace, every capability dropped. ``no_new_privs``.
 4. Resource limits: CPU time, address space, processes, file size, open files, no core dumps.
@@ -27,6 +28,7 @@ import os
 import platform
 import resource
 import signal
+import site
 import struct
 import sys
 
@@ -36,7 +38,9 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-CLONE_NEW_ANY = 0x7E020000  # every CLONE_NEW* flag, including cgroup and time namespaces
+# Every namespace flag clone() takes, cgroup included. Not CLONE_NEWTIME (0x80, the exit-signal
+# bits for clone()): a time namespace needs unshare or clone3, which the seccomp filter refuses.
+CLONE_NEW_ANY = 0x7E020000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -117,11 +121,17 @@ def enter_namespaces(allow_user_namespace: bool = True) -> list[str]:
 # ----------------------------------------------------------------------------- file system
 
 
+def python_homes() -> list[str]:
+    """Where the Python runtime and its packages live: its prefixes (a virtualenv's as well) and
+    its site-packages directories."""
+    found = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
+             *site.getsitepackages()]
+    return [os.path.abspath(p) for p in found if os.path.isdir(p)]
+
+
 def runtime_paths() -> list[str]:
-    """Directories the Python runtime needs: its prefixes and every import path that exists."""
-    found = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix]
-    found += [p for p in sys.path if p and os.path.isdir(p)]
-    return [os.path.abspath(p) for p in found]
+    """Directories the Python runtime needs: its homes and every import path that exists."""
+    return python_homes() + [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -145,12 +155,15 @@ def _bind_readonly(source: str, target: str) -> None:
     _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | kept)
 
 
-def build_root(root: str, visible: list[str], hidden: list[str], tmp_mib: int) -> list[str]:
+def build_root(root: str, visible: list[str], hidden: list[str], tmp_mib: int,
+               runtime: list[str]) -> list[str]:
     """Switch to a private root holding only ``visible`` (read-only), minus ``hidden``.
 
     ``root`` is an existing empty directory used as the mount point (its content on the host is
-    untouched: everything happens inside this process's mount namespace). Returns the paths that
-    were hidden because they fell inside something visible.
+    untouched: everything happens inside this process's mount namespace). A path of ``visible``
+    inside a hidden one is left out, unless it is one of ``runtime`` (the Python installation, a
+    virtualenv inside the hidden project): those are shown alone, without their surroundings.
+    Returns the paths that were hidden because they fell inside something visible.
     """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
@@ -159,7 +172,7 @@ def build_root(root: str, visible: list[str], hidden: list[str], tmp_mib: int) -
     for path in paths:
         if any(_inside(path, b) for b in bound):
             continue
-        if any(_inside(path, h) for h in hidden):
+        if path not in runtime and any(_inside(path, h) for h in hidden):
             continue
         target = root + path
         if os.path.islink(path) and os.path.dirname(path) == "/":  # merged /usr: /lib -> usr/lib

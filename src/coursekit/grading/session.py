@@ -387,6 +387,20 @@ class Session:
             else:
                 self.load_errors[name] = "the cell did not run: " + _error_text(reply)
 
+    def run_cases(self, suite: Suite) -> list[Outputs | str]:
+        """Every case's outputs, or why there are none. After a case times out, the exercise's
+        other cases are not run: one endless loop must not use up the time of the exercises
+        after it."""
+        submitted: list[Outputs | str] = []
+        for index in range(len(suite.cases)):
+            events = len(self.events)
+            submitted.append(self.run_case(suite, index))
+            if "timeout" in self.events[events:]:
+                left = len(suite.cases) - len(submitted)
+                submitted += ["not run: an earlier case of this exercise timed out"] * left
+                break
+        return submitted
+
     def run_case(self, suite: Suite, index: int) -> Outputs | str:
         """The submission's outputs for one case, or why there are none."""
         self.allowed = {u: self.ctx.suites[u] for u in suite.upstream if u in self.ctx.suites}

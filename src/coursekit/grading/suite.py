@@ -10,13 +10,14 @@ mutant's hint names the bug. The same mutants prove, in the tests, that each sui
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 Outputs = list[torch.Tensor]
+ADVICE = "Compare your code with the equation above, step by step."
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,16 @@ def compare(expected: Outputs, actual: Outputs, atol: float, rtol: float) -> Com
             return Comparison(False, f"{label}non-finite value {a[tuple(bad)].item()} at {tuple(bad)}")
         if a.numel() == 0:
             continue
-        diff = (a.double() - e.double()).abs()
-        diff = torch.where(torch.isnan(diff), torch.zeros_like(diff), diff)  # NaN == NaN where expected
-        rel = diff / e.double().abs().clamp_min(1e-12)
+        finite = torch.isfinite(e)
+        agree = (a == e) | (torch.isnan(a) & torch.isnan(e))
+        wrong = ~agree & ~(finite & torch.isfinite(a))
+        if wrong.any():  # a NaN or an infinity where the other side has something else
+            where = tuple(wrong.nonzero()[0].tolist())
+            return Comparison(False, f"{label}at index {where}: got {a[where].item():.6g}, "
+                                     f"expected {e[where].item():.6g}")
+        # The non-finite values agree: the error is measured on the finite ones.
+        diff = torch.where(finite, a.double() - e.double(), 0).abs()
+        rel = diff / torch.where(finite, e.double().abs(), 1).clamp_min(1e-12)
         worst_abs, worst_rel = max(worst_abs, diff.max().item()), max(worst_rel, rel.max().item())
         try:
             torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
@@ -186,11 +194,13 @@ def reference_outputs(suite: Suite, index: int) -> Outputs:
         return [t.detach() for t in as_outputs(suite.run(suite.reference, suite.inputs(index)))]
 
 
-def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str]) -> SuiteResult:
+def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str],
+                  hidden: Set[int] = frozenset()) -> SuiteResult:
     """Verdicts from what a submission produced: per case, its outputs or an error message.
 
     This is the half of grading that runs in the grader's own process: it never calls student
-    code. :func:`run_suite` and the batch grader both end here.
+    code. :func:`run_suite` and the batch grader both end here. ``hidden`` cases (the
+    instructor's) count like the others, but the hint never comes from them.
     """
     results = []
     for i, got in enumerate(submitted):
@@ -208,12 +218,14 @@ def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str]) -> SuiteResu
     earned = sum(r.earned for r in results)
     status = "passed" if all(r.earned == r.points for r in results) else (
         "partial" if earned > 0 else "failed")
-    return SuiteResult(suite, results, status, "" if status == "passed" else diagnose(suite, results))
+    hint = "" if status == "passed" else diagnose(suite, results, hidden)
+    return SuiteResult(suite, results, status, hint)
 
 
-def diagnose(suite: Suite, results: list[CaseResult]) -> str:
-    """The hint for a failing submission: the mutant that reproduces its failures, if any."""
-    failed = [i for i, r in enumerate(results) if r.earned < r.points]
+def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozenset()) -> str:
+    """The hint for a failing submission: the mutant that reproduces its failures, if any.
+    Only the failures of cases that are not ``hidden`` are looked at."""
+    failed = [i for i, r in enumerate(results) if r.earned < r.points and i not in hidden]
     best, best_matches = None, 0
     for mutant in suite.mutants:
         matches = 0
@@ -232,11 +244,13 @@ def diagnose(suite: Suite, results: list[CaseResult]) -> str:
             best, best_matches = mutant, matches
     if best is not None:
         return best.hint
+    if not failed:  # only hidden cases failed: nothing about them may show
+        return suite.hint or ADVICE
     first = results[failed[0]]
     case = suite.cases[failed[0]]
     if first.outputs is None and "NotImplementedError" not in first.message:
         return f"The call {first.message}. " + (case.hint or suite.hint)
-    return case.hint or suite.hint or "Compare your code with the equation above, step by step."
+    return case.hint or suite.hint or ADVICE
 
 
 def run_suite(suite: Suite, fn: Callable) -> SuiteResult:

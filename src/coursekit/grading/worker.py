@@ -141,6 +141,7 @@ def zygote(control_fd: int) -> None:
     global protocol, sandbox
     protocol, sandbox = _sibling("protocol"), _sibling("sandbox")
     config["visible"] = [*config.get("system", []), *sandbox.runtime_paths()]
+    config["runtime"] = sandbox.python_homes()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped automatically
     try:
         send_json(control, {"ready": True, "pid": os.getpid(), "vm_size": sandbox.vm_size()})
@@ -242,7 +243,8 @@ def worker_main(config: dict, request: dict, sock: socket.socket, out_w: int,
     if "mount" in namespaces:
         try:
             facts["hidden"] = sandbox.build_root(config["root"], config["visible"],
-                                                 config["hidden"], request["limits"]["tmp_mib"])
+                                                 config["hidden"], request["limits"]["tmp_mib"],
+                                                 config["runtime"])
             facts["filesystem"] = "private"
         except OSError as err:
             facts["filesystem"] = f"shared ({err})"
