@@ -4,7 +4,10 @@ The module builds the instructor edition once (``coursekit book --all``: every p
 executed chapters come from jupyter-book's cache in ``_build/``), serves ``_build/html`` on
 127.0.0.1 and opens every page. A page fails on a console error, a failed request, a request to
 any other host, math left as raw TeX, a MathJax error, an image that did not load, or an explorer
-whose slider does not change its frame. A screenshot of every page lands in ``_build/screenshots``.
+whose slider does not change its frame; a chapter also fails without an explorer that responds.
+MathJax's menu is tried on a chapter (accessibility explorer, SVG renderer, another speech
+language): everything it loads must come from the site. A screenshot of every page lands in
+``_build/screenshots``.
 
 Chromium comes from Debian (``apt-get install chromium``); Playwright drives it and downloads no
 browser of its own. Without Chromium the tests fail and say so; ``COURSEKIT_SKIP_BROWSER=1``
@@ -34,6 +37,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run", "--disable-sync"]
 BUILD_TIMEOUT = 1800  # seconds; a cold build executes every chapter
+CHAPTER = re.compile(r"solutions/\d\d_[^/]+\.html")  # solutions/01_rnn_recap.html
 
 if os.environ.get("COURSEKIT_SKIP_BROWSER") == "1":
     pytest.skip("COURSEKIT_SKIP_BROWSER=1: the browser test of the book is skipped",
@@ -153,17 +157,18 @@ WAIT_FOR_MATHJAX = """async () => {
   await document.fonts.ready;
 }"""
 
-# Text a reader can see that still looks like TeX: $$, \[ \], \begin{...}, or $...\command...$.
+# Text that still looks like TeX, in prose or in an output, shown or hidden (a collapsed toggle):
+# $$, \[ \], \( \), \begin{...}, or $...$ holding a command, a subscript or a superscript. Code
+# blocks, inline code and text outputs (<pre>) are left alone: there these strings are code.
 FIND_RAW_MATH = r"""() => {
-  const skip = "PRE, CODE, SCRIPT, STYLE, TEXTAREA, MJX-CONTAINER, .highlight, .cell_output";
-  const raw = /\$\$|\\\[|\\\]|\\begin\{|\$[^$\n]*\\[A-Za-z]+[^$\n]*\$/;
+  const skip = "PRE, CODE, KBD, SAMP, SCRIPT, STYLE, TEXTAREA, NOSCRIPT, MJX-CONTAINER, .highlight";
+  const raw = /\$\$|\\[[\]()]|\\begin\{|\$[^$\n]*[\\^_][^$\n]*\$/;
   const found = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const parent = node.parentElement;
-    if (!parent || parent.closest(skip) || !parent.offsetParent) continue;
-    const m = node.textContent.match(raw);
-    if (m) found.push(node.textContent.trim().slice(0, 120));
+    if (!parent || parent.closest(skip)) continue;
+    if (raw.test(node.textContent)) found.push(node.textContent.trim().slice(0, 120));
   }
   document.querySelectorAll("mjx-merror").forEach(e => found.push("MathJax error: " +
     (e.getAttribute("data-mjx-error") || e.textContent).slice(0, 120)));
@@ -183,22 +188,23 @@ def _screenshot_name(path: str) -> str:
 
 
 def _check_explorers(visit: Visit) -> tuple[int, list[str]]:
-    """Move every slider of every explorer to its end; the frame and its label must follow."""
-    page, problems = visit.page, []
+    """Move every slider of every explorer to its end; the frame and its label must follow.
+    Returns how many explorers responded (each slider that can move did), and the problems."""
+    page, problems, responding = visit.page, [], 0
     explorers = page.locator(".ck-explorer")
     for e in range(explorers.count()):
         explorer = explorers.nth(e)
         explorer.scroll_into_view_if_needed()
         frame = explorer.locator("img.ck-explorer-frame")
         sliders = explorer.locator("input[type=range]")
-        if sliders.count() == 0:
-            problems.append(f"explorer {e + 1} has no slider")
+        known, movable = len(problems), 0
         for s in range(sliders.count()):
             slider = sliders.nth(s)
             name = slider.get_attribute("data-control")
             labels = json.loads(slider.get_attribute("data-labels"))
             if len(labels) < 2:
                 continue
+            movable += 1
             before = frame.get_attribute("src")
             slider.focus()
             slider.press("End")
@@ -211,9 +217,13 @@ def _check_explorers(visit: Visit) -> tuple[int, list[str]]:
                 problems.append(f"explorer {e + 1}: {name!r} shows {shown!r}, not {labels[-1]!r}")
             if not frame.evaluate("img => img.complete && img.naturalWidth > 0"):
                 problems.append(f"explorer {e + 1}: the frame for {name}={labels[-1]} is broken")
+        if movable == 0:
+            problems.append(f"explorer {e + 1} has no slider with more than one position")
+        elif len(problems) == known:
+            responding += 1
         explorer.screenshot(path=SCREENSHOTS / f"{_screenshot_name(visit.path)}--explorer-{e + 1}"
                             ".png")
-    return explorers.count(), problems
+    return responding, problems
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,9 +237,12 @@ def test_the_book_builds_without_warnings(build_log: str):
 
 def test_every_page_renders_offline_and_its_explorers_respond(browser, base_url, pages):
     """Every page: no console error, no failed or external request, no raw math, no broken
-    image, and every explorer answers its sliders. Screenshots go to _build/screenshots/."""
+    image, and every explorer answers its sliders; every chapter has an explorer that does (an
+    explorer that became a bare ipywidget shows nothing in the static book). Screenshots go to
+    _build/screenshots/."""
+    assert [p for p in pages if CHAPTER.fullmatch(p)], f"no chapter page among {pages}"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    failures, explorers = {}, 0
+    failures = {}
     for path in pages:
         visit = Visit(browser, base_url, path)
         try:
@@ -238,16 +251,32 @@ def test_every_page_renders_offline_and_its_explorers_respond(browser, base_url,
             problems += [f"missing image: {s}" for s in visit.page.evaluate(FIND_BROKEN_IMAGES)]
             visit.page.screenshot(path=SCREENSHOTS / f"{_screenshot_name(path)}.png",
                                   full_page=True)
-            count, explorer_problems = _check_explorers(visit)
-            explorers += count
+            responding, explorer_problems = _check_explorers(visit)
             problems += explorer_problems
+            if CHAPTER.fullmatch(path) and not responding:
+                problems.append("a chapter without an explorer that responds to its sliders")
             if problems:
                 failures[path] = problems
         finally:
             visit.close()
     report = "\n".join(f"{path}:\n  " + "\n  ".join(p) for path, p in failures.items())
     assert not failures, f"{len(failures)} of {len(pages)} pages failed:\n{report}"
-    assert explorers >= 1, "no explorer found in the book: the interactivity check saw nothing"
+
+
+def test_the_raw_math_check_finds_tex_in_prose_and_outputs_and_not_in_code(browser):
+    page = browser.new_page()
+    try:
+        page.set_content(r"""<body>
+          <p>inline \(x_t\) and display \[h_t\] and $$a$$ and $\alpha$ and $d_k$</p>
+          <details><summary>solution</summary><p>hidden \(y\)</p></details>
+          <div class="cell_output"><div class="output text_html">an output $W^Q$</div></div>
+          <pre>print("$$") \(</pre><p>inline <code>\[x\]</code> code</p>
+          <div class="highlight"><span>\begin{x}</span></div>
+          <p>costs $5 and $10; \n is a newline</p></body>""")
+        found = page.evaluate(FIND_RAW_MATH)
+    finally:
+        page.close()
+    assert [t.split()[0] for t in found] == ["inline", "hidden", "an"], found
 
 
 def test_math_is_typeset_by_mathjax_from_the_site(browser, base_url):
@@ -257,6 +286,55 @@ def test_math_is_typeset_by_mathjax_from_the_site(browser, base_url):
         scripts = visit.page.eval_on_selector_all("script[src]", "els => els.map(e => e.src)")
         assert any(s.startswith(base_url) and "mathjax" in s for s in scripts), scripts
         assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+
+
+def _use_mathjax_menu(page, *path: str) -> None:
+    """Right-click a formula (near its left edge, so that the submenus fit in the window), hover
+    each submenu of ``path`` and click its last item: ("Accessibility", "Activate")."""
+    page.locator("article mjx-container[display=true]").first.click(
+        button="right", position={"x": 10, "y": 10})
+    for name in path[:-1]:
+        page.locator(".CtxtMenu_Menu").last.locator(".CtxtMenu_MenuItem", has_text=name).hover()
+    page.locator(".CtxtMenu_Menu").last.locator(".CtxtMenu_MenuItem", has_text=path[-1]).click()
+
+
+SPEECH = """() => Array.from(document.querySelectorAll("mjx-container [data-semantic-speech]"),
+                        e => e.getAttribute("data-semantic-speech")).join("\\n")"""
+# Every formula typeset again by `jax`, with the accessibility explorer attached.
+EXPLORABLE = """([count, jax]) => {
+  const math = Array.from(document.querySelectorAll("mjx-container"));
+  return math.length === count
+    && math.every(m => m.getAttribute("jax") === jax && m.hasAttribute("sre-explorer-id"));
+}"""
+MENU_TIMEOUT = 90_000  # ms; the explorer computes the speech of every formula
+
+
+def test_the_mathjax_menu_works_offline(browser, base_url, pages):
+    """Turn on the accessibility explorer, switch to the SVG renderer, choose German speech,
+    and open the page again with those settings (MathJax keeps them): every formula comes back,
+    explorable, and everything the menu loaded came from the site."""
+    chapter = next(p for p in pages if CHAPTER.fullmatch(p))
+    visit = Visit(browser, base_url, chapter)
+    try:
+        page = visit.page
+        count = page.locator("mjx-container").count()
+        assert count > 5, f"{chapter}: {count} formulas"
+        _use_mathjax_menu(page, "Accessibility", "Activate")
+        page.wait_for_function(EXPLORABLE, arg=[count, "CHTML"], timeout=MENU_TIMEOUT)
+        _use_mathjax_menu(page, "Math Settings", "Math Renderer", "SVG")
+        page.wait_for_function(EXPLORABLE, arg=[count, "SVG"], timeout=MENU_TIMEOUT)
+        english = page.evaluate(SPEECH)
+        with page.expect_response(lambda r: r.url.endswith("/mathmaps/de.json")) as rules:
+            _use_mathjax_menu(page, "Accessibility", "Speech", "Language", "German")
+        assert rules.value.ok and rules.value.url.startswith(base_url)
+        page.reload(wait_until="networkidle")
+        page.wait_for_function(EXPLORABLE, arg=[count, "SVG"], timeout=MENU_TIMEOUT)
+        assert page.evaluate(SPEECH) not in ("", english), "the speech is not German"
+        page.wait_for_load_state("networkidle")
+        problems = visit.problems + page.evaluate(FIND_RAW_MATH)
+        assert not problems, problems
     finally:
         visit.close()
 

@@ -157,14 +157,23 @@ def _solution_lines(chapter: str) -> list[str]:
     return lines
 
 
-def test_the_student_edition_has_every_exercise_and_no_solution(tmp_path):
-    """Both editions, built without executing (stored outputs only): the solutions are in the
-    instructor edition's toggles and nowhere in the student edition."""
-    chapters = [f.split("/", 1)[1] for f in _files(TOC) if f.startswith("solutions/")]
-    instructor = book.build("instructor", output=tmp_path / "i", execute=False, quiet=True)
-    student = book.build("student", output=tmp_path / "s", execute=False, quiet=True)
+CHAPTERS = [f.split("/", 1)[1] for f in _files(TOC) if f.startswith("solutions/")]
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory) -> tuple[Path, Path]:
+    """Both editions, built without executing (stored outputs only): their HTML folders."""
+    out = tmp_path_factory.mktemp("book")
+    return (book.build("instructor", output=out / "i", execute=False, quiet=True),
+            book.build("student", output=out / "s", execute=False, quiet=True))
+
+
+def test_the_student_edition_has_every_exercise_and_no_solution(drafts):
+    """The solutions are in the instructor edition's toggles and nowhere in the student
+    edition."""
+    instructor, student = drafts
     assert not (student / "solutions").exists()
-    for chapter in chapters:
+    for chapter in CHAPTERS:
         solutions = _solution_lines(chapter)
         assert solutions, chapter
         page = instructor / "solutions" / f"{chapter}.html"
@@ -181,3 +190,19 @@ def test_the_student_edition_has_every_exercise_and_no_solution(tmp_path):
         assert "ck-solution" not in raw
         assert not [line for line in solutions if line in text], f"{chapter}: a solution leaked"
         assert f"notebooks/{chapter}.ipynb" in raw  # launch and download the student's notebook
+
+
+def test_the_site_serves_mathjax_and_everything_its_menu_loads(drafts):
+    """The SVG renderer and its font, the explorer's components and the speech rules of every
+    language; a page with math points the speech rule engine at them before MathJax runs."""
+    site = drafts[0]
+    mathjax = site / "_static" / "mathjax"
+    assert all((mathjax / name).exists() for name in book.MATHJAX_FILES)
+    assert (mathjax / "output/svg/fonts/tex.js").exists() and (mathjax / "a11y/explorer.js").exists()
+    rules = {p.name for p in (mathjax / "sre/mathmaps").glob("*.json")}
+    assert rules == {p.name for p in (book._mathjax_source() / "sre/mathmaps").glob("*.json")}
+    assert {"base.json", "en.json", "de.json", "nemeth.json"} <= rules
+    page = (site / "solutions" / f"{CHAPTERS[0]}.html").read_text(encoding="utf-8")
+    assert 'window.SREfeature = {json: "../_static/mathjax/sre/mathmaps"};' in page
+    assert page.index("window.MathJax = {") < page.index("window.SREfeature")
+    assert "SREfeature" not in (site / "genindex.html").read_text(encoding="utf-8")  # no math

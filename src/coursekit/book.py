@@ -17,9 +17,11 @@ This module is also the Sphinx extension that ``_config.yml`` loads (``sphinx.ex
   instructor edition the cell shows the student's stub, followed by the solution in a toggle;
 - references: a pybtex style ``coursekit`` whose labels read "Vaswani et al. 2017";
 - widgets: an output that is only an ipywidget (a tqdm bar) is left out of the static book;
-- offline: MathJax is copied into the site from the ``sphinx-mathjax-offline`` package (only the
-  files a page can ask for) and loaded from there; the ipywidgets state and widget manager are not
-  shipped, because the explorers' static HTML/JavaScript version needs no kernel and no manager.
+- offline: MathJax is copied into the site from the ``sphinx-mathjax-offline`` package (every
+  file a page or MathJax's menu can ask for: :data:`MATHJAX_FILES`) and loaded from there, with the
+  speech rule engine pointed at the site's copy of its rules; the ipywidgets state and widget
+  manager are not shipped, because the explorers' static HTML/JavaScript version needs no kernel
+  and no manager.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -37,21 +40,37 @@ SOLUTIONS, NOTEBOOKS = "solutions/", "notebooks/"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 ROOT = Path(__file__).resolve().parents[2]
 
-# MathJax 3 as shipped by the `sphinx-mathjax-offline` wheel: the combined TeX/CHTML component,
-# the TeX extensions it autoloads (\boldsymbol, \cancel, ...), its web fonts, and the
-# accessibility components its menu loads on demand (with the English speech rules).
+# MathJax 3.2 as shipped by the `sphinx-mathjax-offline` wheel: every file a page or MathJax's
+# menu can ask for. The combined TeX/CHTML component (the menu is part of it), the TeX extensions
+# it autoloads (\boldsymbol, \cancel, ...) and its web fonts; the menu's other renderer (SVG, whose
+# font is JavaScript); the accessibility components the menu loads on demand (the explorer, and
+# the MathML input it re-reads formulas with); the speech rules of every language the menu
+# offers, with Nemeth Braille (3.9 MB, the largest part).
 MATHJAX_PACKAGE = "sphinx-mathjax-offline"
 MATHJAX_ENTRY = "tex-chtml.js"
 MATHJAX_FILES = (
     MATHJAX_ENTRY,
     "input/tex/extensions",
     "output/chtml/fonts/woff-v2",
-    "ui",
+    "output/svg.js",
+    "output/svg/fonts",
+    "input/mml.js",
     "a11y",
-    "sre/mathmaps/base.json",
-    "sre/mathmaps/en.json",
-    "sre/mathmaps/nemeth.json",
+    "sre/mathmaps",
 )
+MATHJAX_SPEECH_RULES = "_static/mathjax/sre/mathmaps"
+# MathJax 3.2.2 re-renders after a menu change without waiting for the components the change
+# loads, so turning on the explorer left every formula blank; this is the maintainers'
+# work-around (https://github.com/mathjax/MathJax/issues/3124).
+MATHJAX_MENU_RERENDER = """window.MathJax = window.MathJax || {};
+MathJax.startup = {...MathJax.startup, ready() {
+  const {mathjax} = MathJax._.mathjax, {STATE} = MathJax._.core.MathItem;
+  const {Menu} = MathJax._.ui.menu.Menu, rerender = Menu.prototype.rerender;
+  Menu.prototype.rerender = function (start = STATE.TYPESET) {
+    mathjax.handleRetriesFor(() => rerender.call(this, start));
+  };
+  MathJax.startup.defaultReady();
+}};"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +217,7 @@ def setup(app) -> dict[str, Any]:
     app.connect("config-inited", _configure)
     app.connect("doctree-read", _drop_widget_scripts)
     app.connect("html-page-context", _drop_thebe)
+    app.connect("html-page-context", _configure_mathjax_menu, priority=600)  # after MathJax (500)
     app.connect("build-finished", _copy_mathjax)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
 
@@ -325,7 +345,21 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
 
     for key in ("script_files", "css_files"):
         if key in context:
-            context[key] = [e for e in context[key] if not thebe(e)]
+            # in place: these are the builder's lists, which later handlers still add to
+            context[key][:] = [e for e in context[key] if not thebe(e)]
+
+
+def _configure_mathjax_menu(app, pagename, templatename, context, doctree) -> None:
+    """On a page that loads MathJax, before it runs: the speech rule engine reads its rules from
+    the site (its default is jsDelivr, and only a11y/sre.js re-points it, so a speech language set
+    before the explorer loaded was fetched from the network), and the menu's re-render waits for
+    the components it loads."""
+    scripts = [str(getattr(js, "filename", js)) for js in context.get("script_files", [])]
+    if not any(name.endswith(f"mathjax/{MATHJAX_ENTRY}") for name in scripts):
+        return
+    rules = context["pathto"](MATHJAX_SPEECH_RULES, resource=True)
+    body = f"window.SREfeature = {{json: {json.dumps(rules)}}};\n{MATHJAX_MENU_RERENDER}"
+    app.builder.add_js_file("", body=body, priority=501)  # after the MathJax configuration
 
 
 def _mathjax_source() -> Path | None:
