@@ -167,6 +167,10 @@ def build_root(root: str, visible: list[str], hidden: list[str], tmp_mib: int,
     """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    # The private /tmp first, so that what is visible inside the host's /tmp (a virtualenv in a
+    # checkout under /tmp) is bound on top of it rather than covered by it.
+    os.makedirs(root + "/tmp", exist_ok=True)
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_mib}m,mode=1777")
     paths = sorted({os.path.abspath(p) for p in visible if os.path.lexists(p)}, key=len)
     bound: list[str] = []
     for path in paths:
@@ -201,9 +205,6 @@ def build_root(root: str, visible: list[str], hidden: list[str], tmp_mib: int,
         os.symlink(target, f"{root}/dev/{name}")
     os.makedirs(root + "/proc", exist_ok=True)
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.makedirs(root + "/tmp", exist_ok=True)
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={tmp_mib}m,mode=1777")
     _pivot(root)
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     return covered
