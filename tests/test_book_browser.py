@@ -235,6 +235,19 @@ def test_the_book_builds_without_warnings(build_log: str):
     assert not warnings, "the build warned:\n" + "\n".join(warnings)
 
 
+def test_a_second_build_takes_every_chapter_from_the_cache(build_log: str):
+    """Nothing changed since the build above: every chapter comes from jupyter-cache, none runs."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "coursekit.cli", "book", "--edition", "instructor", "--all"],
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"the second build failed:\n{log[-6000:]}"
+    chapters = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
+    cached = [line for line in log.splitlines() if "Using cached notebook" in line]
+    assert sorted(Path(line.split(":")[0]).name for line in cached) == chapters, log[-3000:]
+    assert "Executing notebook" not in log, "a chapter was executed again although nothing changed"
+
+
 def test_every_page_renders_offline_and_its_explorers_respond(browser, base_url, pages):
     """Every page: no console error, no failed or external request, no raw math, no broken
     image, and every explorer answers its sliders; every chapter has an explorer that does (an
