@@ -277,6 +277,9 @@ def test_key_value_recall_batches():
     assert set(batch.answer_pos.tolist()) == set(range(6))  # the answer can sit anywhere
     again = task.sample(200, torch.Generator().manual_seed(0))
     assert torch.equal(again.key_ids, batch.key_ids) and torch.equal(again.target, batch.target)
+    moved = batch.to(torch.device("meta"))  # every tensor moves (meta: a device with no data)
+    assert all(t.device.type == "meta" for t in (moved.key_ids, moved.value_ids, moved.target,
+                                                 moved.answer_pos))
 
 
 def test_key_value_recall_rejects_bad_sizes():

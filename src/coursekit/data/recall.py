@@ -28,6 +28,11 @@ class RecallBatch:
     target: torch.Tensor
     answer_pos: torch.Tensor
 
+    def to(self, device: torch.device | str) -> RecallBatch:
+        """The same batch with its tensors on ``device``."""
+        return RecallBatch(self.key_ids.to(device), self.value_ids.to(device),
+                           self.target.to(device), self.answer_pos.to(device))
+
 
 class KeyValueRecall:
     """``n_pairs`` distinct keys out of ``n_keys``, values drawn (with repeats) from ``n_values``.
