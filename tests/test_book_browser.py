@@ -10,8 +10,13 @@ language): everything it loads must come from the site. A screenshot of every pa
 ``_build/screenshots``.
 
 Chromium comes from Debian (``apt-get install chromium``); Playwright drives it and downloads no
-browser of its own. Without Chromium the tests fail and say so; ``COURSEKIT_SKIP_BROWSER=1``
-skips them explicitly (a machine where Chromium cannot be installed).
+browser of its own. Without Chromium the tests are skipped, with the reason and the command that
+installs it; ``COURSEKIT_SKIP_BROWSER=1`` skips them explicitly. ``COURSEKIT_REQUIRE_BROWSER=1``
+(set by ``.ci/run``) makes them mandatory: there, a missing browser or a skip request fails.
+
+The book is built from the executions nbval has just made of the instructor edition
+(``coursekit.pytest_plugin`` runs ``solutions/`` before this module, on the same worker), so no
+chapter is executed a third time; a chapter missing from that cache is executed by the build.
 """
 
 from __future__ import annotations
@@ -39,19 +44,34 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 BUILD_TIMEOUT = 1800  # seconds; a cold build executes every chapter
 CHAPTER = re.compile(r"solutions/\d\d_[^/]+\.html")  # solutions/01_rnn_recap.html
 
+REQUIRED = os.environ.get("COURSEKIT_REQUIRE_BROWSER") == "1"
+INSTALL = "sudo apt-get install chromium"
+
+
+def _chromium() -> str | None:
+    return next((found for name in ("chromium", "chromium-browser")
+                 if (found := shutil.which(name))), None)
+
+
+def _not_run(reason: str) -> None:
+    """Skip the module, or fail it where the browser test is required (CI)."""
+    if REQUIRED:
+        pytest.fail(f"{reason}; COURSEKIT_REQUIRE_BROWSER=1 makes the browser test mandatory",
+                    pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
 if os.environ.get("COURSEKIT_SKIP_BROWSER") == "1":
-    pytest.skip("COURSEKIT_SKIP_BROWSER=1: the browser test of the book is skipped",
-                allow_module_level=True)
+    _not_run("COURSEKIT_SKIP_BROWSER=1: the browser test of the book is skipped")
+if _chromium() is None:
+    _not_run(f"Chromium is not installed, so the built book is not opened in a browser: install "
+             f"it with `{INSTALL}` (Debian/Ubuntu) to run this test")
 
 
 def chromium_path() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail("Chromium is not installed, so the book cannot be checked in a browser. Install "
-                "it with `sudo apt-get install chromium` (Debian/Ubuntu), or set "
-                "COURSEKIT_SKIP_BROWSER=1 to skip this test explicitly.", pytrace=False)
+    found = _chromium()
+    assert found, "Chromium went missing while the tests ran"
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +264,22 @@ def _check_explorers(visit: Visit) -> tuple[int, list[str]]:
 def test_the_book_builds_without_warnings(build_log: str):
     warnings = [line for line in build_log.splitlines() if re.search(r"\b(WARNING|ERROR):", line)]
     assert not warnings, "the build warned:\n" + "\n".join(warnings)
+
+
+def test_the_book_is_built_from_the_executions_nbval_just_made(build_log: str):
+    """In the whole suite, the instructor edition's chapters ran under nbval on this worker just
+    before this module (coursekit.pytest_plugin): the build must take each from the cache."""
+    from coursekit import pytest_plugin
+
+    executed = sorted(p.name for p in pytest_plugin.cached["instructor"])
+    if not executed:
+        pytest.skip("no chapter of solutions/ ran in this session (run `pytest` or "
+                    "`pytest solutions tests/test_book_browser.py`)")
+    from_cache = {Path(line.split(":")[0]).name for line in build_log.splitlines()
+                  if "Using cached notebook" in line}
+    assert set(executed) <= from_cache, (
+        f"the build executed {sorted(set(executed) - from_cache)} again although nbval had just "
+        f"executed them:\n{build_log[-3000:]}")
 
 
 def test_a_second_build_takes_every_chapter_from_the_cache(build_log: str):

@@ -83,6 +83,12 @@ def output_dir(edition: str, source: Path = ROOT) -> Path:
     return source / "_build" / ("html" if edition == "instructor" else "student/html")
 
 
+def execution_cache(edition: str, source: Path = ROOT) -> Path:
+    """The jupyter-cache an edition's build executes through (where myst-nb puts it: next to
+    the HTML folder). The test suite fills it with nbval's executions (coursekit.pytest_plugin)."""
+    return output_dir(edition, source).parent / ".jupyter_cache"
+
+
 def student_toc(toc: dict[str, Any]) -> dict[str, Any]:
     """The student edition's table of contents, derived from the instructor's ``_toc.yml``."""
 

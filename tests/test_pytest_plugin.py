@@ -1,0 +1,55 @@
+"""The suite's own plugin (coursekit.pytest_plugin): how nbval's executions become the
+notebooks the book is built from, and how the work is split between the xdist workers. The
+whole path (nbval, cache, build, browser) is exercised by tests/test_book_browser.py."""
+
+from __future__ import annotations
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from coursekit import pytest_plugin
+from coursekit.book import ROOT, execution_cache
+
+
+def _received(kind: str, **fields) -> nbformat.NotebookNode:
+    """One output as nbval records it from the kernel's messages."""
+    return nbformat.from_dict({"output_type": kind, **fields})
+
+
+def test_an_execution_keeps_the_order_outputs_came_in_and_joins_back_to_back_streams(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    nb = new_notebook(cells=[new_markdown_cell("# T"), new_code_cell("print(1)"),
+                             new_code_cell("x", metadata={"tags": ["exercise"]})])
+    nbformat.write(nb, path)
+    run = pytest_plugin._Execution(path, "instructor", n_code_cells=2)
+    figure = {"image/png": "iVBOR", "text/plain": "<Figure>"}
+    run.outputs[0] = [_received("stream", name="stdout", text="a\n"),
+                      _received("stream", name="stdout", text="b\n"),
+                      _received("display_data", data=figure, metadata={}),
+                      _received("stream", name="stdout", text="after the figure\n"),
+                      _received("stream", name="stderr", text="warn\n")]
+    run.outputs[1] = [_received("execute_result", data={"text/plain": "3"}, metadata={},
+                                execution_count=7)]
+    executed = run.notebook()
+    nbformat.validate(executed)
+    first, second = (c for c in executed.cells if c.cell_type == "code")
+    assert [(o.output_type, o.get("name")) for o in first.outputs] == [
+        ("stream", "stdout"), ("display_data", None), ("stream", "stdout"), ("stream", "stderr")]
+    assert first.outputs[0].text == "a\nb\n" and first.outputs[2].text == "after the figure\n"
+    assert (first.execution_count, second.execution_count) == (1, 2)
+    assert second.outputs[0].execution_count == 2 and second.outputs[0].data == {"text/plain": "3"}
+    assert second.metadata["tags"] == ["exercise"]  # the book reads exercise cells by their tags
+    assert executed.cells[0].cell_type == "markdown"
+
+
+def test_the_instructor_edition_and_the_browser_test_are_one_unit_of_work():
+    book = pytest_plugin._in_book_group
+    assert book("solutions/01_rnn_recap.ipynb::Cell 3")
+    assert book("tests/test_book_browser.py::test_the_book_builds_without_warnings")
+    assert not book("notebooks/01_rnn_recap.ipynb::Cell 3")
+    assert not book("tests/test_book_build.py::test_editions_are_checked_and_built_in_separate_folders")
+
+
+def test_executions_go_where_each_edition_builds_from():
+    assert execution_cache("instructor") == ROOT / "_build" / ".jupyter_cache"
+    assert execution_cache("student") == ROOT / "_build" / "student" / ".jupyter_cache"
