@@ -5,11 +5,14 @@ Who does what (DESIGN.md §7):
 - the **grader** (this process) reads and parses the submissions (:mod:`submissions`), chooses
   every case's inputs, runs the references, compares, and writes the reports (:mod:`report`).
   It never runs student code.
-- a **worker** (:mod:`worker`, one per submission, forked from a pre-imported fork server and
-  confined by :mod:`sandbox`) runs the exercise cells and the calls the grader asks for; plain
+- a **worker** (:mod:`sandbox_worker`, inside the sandbox, one per submission, forked from a
+  pre-imported fork server and confined by :mod:`sandbox`; :mod:`worker_pool` is the grader's
+  end of it) runs the exercise cells and the calls the grader asks for; plain
   tensors and numbers come back by value (:mod:`protocol`, no pickle).
 - a :class:`~coursekit.grading.session.Session` holds one submission's conversation with its
-  worker: remote handles for suites' ``call`` adapters, the upstream references, restarts.
+  worker: remote handles for suites' ``call`` adapters, the upstream references, restarts; the
+  batch's shared :class:`~coursekit.grading.session.Context` lives there too, so this module
+  imports the session and never the other way round.
 
 This module is the driver: find the submissions, skip what is already graded, probe the
 sandbox, grade in parallel, write each result as it finishes, then the class reports.
@@ -33,8 +36,9 @@ from pathlib import Path
 from typing import TextIO
 
 from coursekit.grading import protocol, report
+from coursekit.grading.cells import provided_names
 from coursekit.grading.registry import all_suites
-from coursekit.grading.session import UID_BASE, Session
+from coursekit.grading.session import UID_BASE, Context, Session
 from coursekit.grading.submissions import (
     Submission,
     SubmissionError,
@@ -45,7 +49,7 @@ from coursekit.grading.submissions import (
     plan,
 )
 from coursekit.grading.suite import Case, CaseResult, Suite, SuiteResult, grade_outputs
-from coursekit.grading.workers import HarnessError, Limits, Output, WorkerLost, Zygote, clean
+from coursekit.grading.worker_pool import HarnessError, Limits, Output, WorkerLost, Zygote, clean
 
 __all__ = ["BatchResult", "HarnessError", "Limits", "grade", "grade_submission"]
 
@@ -58,32 +62,6 @@ def _failed(suite: Suite, message: str) -> SuiteResult:
 
 
 # ----------------------------------------------------------------------------- the batch
-
-
-@dataclasses.dataclass
-class Context:
-    suites: dict[str, Suite]
-    hidden: dict[str, set[int]]
-    limits: Limits
-    zygote: Zygote | None
-    fingerprint: str
-    isolation: dict | None = None
-    stopping: bool = False  # set on Ctrl-C: live workers are killed, no more steps start
-    live: set = dataclasses.field(default_factory=set)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-    def stop(self) -> None:
-        self.stopping = True
-        with self.lock:
-            for worker in list(self.live):
-                worker.kill()
-
-    def chapter(self, chapter: str | None) -> list[Suite]:
-        found = [s for s in self.suites.values() if s.exercise.split(".")[0] == chapter]
-        return sorted(found, key=lambda s: [int(p) for p in s.exercise.split(".")])
-
-    def chapters(self) -> set[str]:
-        return {s.exercise.split(".")[0] for s in self.suites.values()}
 
 
 def load_extra_cases(folder: Path, suites: dict[str, Suite]) -> tuple[dict[str, Suite],
@@ -154,7 +132,11 @@ def probe_isolation(ctx: Context, paths: list[str]) -> dict:
     listener.listen(4)
     output = Output()
     uid = UID_BASE + 999 if os.geteuid() == 0 else None
-    worker, facts = ctx.zygote.spawn(uid, ctx.limits, output)
+    worker, facts = ctx.zygote.spawn(uid, ctx.limits, output, stop_fd=ctx.stop_r,
+                                     started=ctx.started)
+    identity = worker.identity()
+    if identity is not None:
+        ctx.workers.add(identity)
     try:
         worker.send({"op": "probe", "paths": paths, "port": listener.getsockname()[1]}, [],
                     time.monotonic() + 30)
@@ -163,6 +145,8 @@ def probe_isolation(ctx: Context, paths: list[str]) -> dict:
     except WorkerLost as lost:
         found = {"error": lost.reason}
     finally:
+        with ctx.lock:
+            ctx.live.discard(worker)
         worker.close()
         listener.close()
     if uid is not None and facts.get("privileges", "").startswith(f"uid {uid},"):
@@ -231,7 +215,8 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
     result.notes += parsed.notes
     codes, missing = plan(parsed, [(s.exercise, s.name) for s in suites])
     result.notes += [c.note for c in codes.values() if c.note]
-    session = Session(ctx, slot, start + ctx.limits.timeout)
+    provided = provided_names([c.source for c in parsed.cells], ctx.suites)
+    session = Session(ctx, slot, start + ctx.limits.timeout, provided)
     try:
         session.load(sorted(codes.items(), key=lambda item: item[1].cell))
         for suite in suites:
@@ -268,6 +253,9 @@ class BatchResult:
     seconds: float
     isolation: dict | None
     summary: str
+    # (pid, start time in clock ticks) of every worker this batch started: which processes
+    # were this batch's, however many other batches share the machine and its worker uids
+    workers: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = None,
@@ -390,10 +378,11 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
                                      seconds=time.monotonic() - started, jobs=jobs)
         say(summary)
         return BatchResult(ordered, len(todo), skipped, time.monotonic() - started,
-                           ctx.isolation, summary)
+                           ctx.isolation, summary, sorted(ctx.workers))
     finally:
         if ctx.zygote is not None:
-            ctx.zygote.close()
+            ctx.zygote.close(wait=2 if ctx.stopping else 10)
+        ctx.close()
 
 
 def _probe_paths(secret: list[str], paths: list[Path], out: Path) -> list[str]:

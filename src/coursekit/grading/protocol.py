@@ -14,6 +14,11 @@ A value inside a message is a JSON scalar (``None``, ``bool``, ``int``, ``str``,
     {"l": [...]}, {"u": [...]}           a list, a tuple
     {"d": [[key, value], ...]}           a dict (str or int keys)
     {"t": [dtype, shape, blob]}          a dense CPU tensor (exact ``torch.Tensor``)
+    {"ts": [dtype, shape, blob, stride]} the same, laid out in memory with ``stride`` (a
+                                         permutation of a contiguous layout: a transpose)
+    {"va": [i, shape, stride, offset, value]}  grader -> worker only: a view of the i-th tensor
+                                         the worker sent (``value`` if that one's layout was
+                                         not sent exactly)
     {"p": [dtype, shape, blob]}          an ``nn.Parameter`` (grader -> worker only)
     {"dt": "float32"}, {"dev": "cpu"}    a dtype, a device
     {"h": [id, type name]}               a handle: an object that stays in the worker
@@ -111,25 +116,73 @@ class Encoder:
     ``parameters`` sends ``nn.Parameter`` as such (grader -> worker); ``plain_subclasses`` sends
     any tensor subclass (a Parameter, say) as its plain data (worker -> grader, for upstream
     arguments: what the grader decodes is a plain tensor whatever was sent).
+    ``tuple_subclasses`` sends a tuple subclass (a namedtuple) as a plain tuple of its items.
+    ``layout`` keeps a transposed tensor's strides (``"ts"``), and ``views`` (tensors decoded
+    from the other side, in order) turns a tensor that shares memory with one of them into a
+    view of it (``"va"``): an upstream reference then returns what the book's function returns,
+    a view where it returns a view.
+
+    The same tensor object sent twice in one message goes once; the decoder gives back one object
+    for it, so arguments that are the same tensor stay the same tensor. ``sources`` lists the
+    tensors sent, in blob order.
     """
 
     def __init__(self, handle: Callable[[Any], list] | None = None,
                  handle_ref: Callable[[Any], int | None] | None = None,
-                 parameters: bool = False, plain_subclasses: bool = False) -> None:
+                 parameters: bool = False, plain_subclasses: bool = False,
+                 tuple_subclasses: bool = False, layout: bool = False,
+                 views: list[torch.Tensor] | None = None) -> None:
         self.blobs: list[bytes] = []
         self.plain_subclasses = plain_subclasses
+        self.tuple_subclasses = tuple_subclasses
+        self.layout = layout
+        self.views = views
         self.size = 0
         self.handle = handle
         self.handle_ref = handle_ref
         self.parameters = parameters
+        self.sources: list[torch.Tensor] = []
+        self.exact: list[bool] = []  # whether each source's layout was sent as it is
+        self._seen: dict[int, dict] = {}
 
-    def tensor(self, key: str, t: torch.Tensor) -> dict:
+    def tensor(self, key: str, t: torch.Tensor, source: torch.Tensor | None = None) -> dict:
+        source = t if source is None else source
+        if id(source) in self._seen and self.sources[self._seen[id(source)]["i"]] is source:
+            return self._seen[id(source)]["tree"]
+        if self.views is not None and key == "t":
+            view = self._view(t)
+            if view is not None:
+                return view
         self.size += t.numel() * t.element_size()  # checked before a copy of it is made
         if self.size > MAX_FRAME:
             raise Unsendable(f"the tensors are too large to send ({self.size >> 20} MiB so far; "
                              f"the limit is {MAX_FRAME >> 20} MiB)")
         self.blobs.append(tensor_blob(t))
-        return {key: [str(t.dtype).removeprefix("torch."), list(t.shape), len(self.blobs) - 1]}
+        body = [str(t.dtype).removeprefix("torch."), list(t.shape), len(self.blobs) - 1]
+        exact = t.is_contiguous()
+        if self.layout and key == "t" and not exact and is_permuted_contiguous(t):
+            body.append(list(t.stride()))
+            key, exact = "ts", True
+        tree = {key: body}
+        self.sources.append(source)
+        self.exact.append(exact)
+        self._seen[id(source)] = {"i": len(self.sources) - 1, "tree": tree}
+        return tree
+
+    def _view(self, t: torch.Tensor) -> dict | None:
+        if t.numel() == 0:
+            return None
+        storage = t.untyped_storage().data_ptr()
+        for i, base in enumerate(self.views):
+            if (type(base) is torch.Tensor and base.dtype == t.dtype and base.numel()
+                    and base.untyped_storage().data_ptr() == storage):
+                fallback = Encoder(layout=True)
+                value = fallback(t.contiguous() if not is_permuted_contiguous(t) else t)
+                self.blobs += fallback.blobs
+                value = _shift_blobs(value, len(self.blobs) - len(fallback.blobs))
+                return {"va": [i, list(t.shape), list(t.stride()),
+                               t.storage_offset() - base.storage_offset(), value]}
+        return None
 
     def __call__(self, value: Any, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
@@ -143,13 +196,15 @@ class Encoder:
             return self.tensor("t", value)
         if (self.parameters and kind is torch.nn.Parameter
                 and str(value.dtype).removeprefix("torch.") in DTYPES):
-            return self.tensor("p", value.data)
+            return self.tensor("p", value.data, value)
         if (self.plain_subclasses and isinstance(value, torch.Tensor)
                 and value.layout == torch.strided and value.device.type == "cpu"
                 and str(value.dtype).removeprefix("torch.") in DTYPES):
-            return self.tensor("t", value.detach().as_subclass(torch.Tensor))
+            return self.tensor("t", value.detach().as_subclass(torch.Tensor), value)
         if kind is list or kind is tuple:
             return {"l" if kind is list else "u": [self(v, depth + 1) for v in value]}
+        if self.tuple_subclasses and isinstance(value, tuple):
+            return {"u": [self(v, depth + 1) for v in tuple.__iter__(value)]}
         if kind is dict and all(type(k) in (str, int) for k in value):
             return {"d": [[k, self(v, depth + 1)] for k, v in value.items()]}
         if kind is torch.dtype and str(value).removeprefix("torch.") in DTYPES:
@@ -166,16 +221,42 @@ class Encoder:
                          "(only tensors, numbers, strings and tuples/lists/dicts of them)")
 
 
+def is_permuted_contiguous(t: torch.Tensor | None, shape=None, stride=None) -> bool:
+    """Whether ``t`` (or a tensor of ``shape`` and ``stride``) fills its memory exactly, in
+    some order of its axes (a transpose does)."""
+    shape, stride = (t.shape, t.stride()) if t is not None else (shape, stride)
+    dims = sorted((st, size) for size, st in zip(shape, stride, strict=True) if size != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _shift_blobs(tree: dict, by: int) -> dict:
+    (key, body), = tree.items()
+    return {key: [*body[:2], body[2] + by, *body[3:]]}
+
+
 class Decoder:
     """The strict inverse of :class:`Encoder`. ``handle`` maps ``[id, type name]`` to an object
-    (a proxy in the grader, the kept object in the worker); without it handles are refused."""
+    (a proxy in the grader, the kept object in the worker); without it handles are refused.
+    ``layout`` accepts transposed layouts (``"ts"``); ``views`` (the tensors this side sent, in
+    order, and whether each was sent exactly) accepts views of them (``"va"``). ``tensors`` lists
+    the tensors decoded, in blob order."""
 
     def __init__(self, blobs: list[memoryview], handle: Callable[[list], Any] | None = None,
-                 parameters: bool = False) -> None:
+                 parameters: bool = False, layout: bool = False,
+                 views: tuple[list[torch.Tensor], list[bool]] | None = None) -> None:
         self.blobs = blobs
         self.handle = handle
         self.parameters = parameters
+        self.layout = layout or views is not None
+        self.views = views
         self.nodes = 0
+        self.tensors: list[torch.Tensor] = []
+        self._made: dict[tuple, torch.Tensor] = {}
 
     def __call__(self, tree: Any, depth: int = 0) -> Any:
         self.nodes += 1
@@ -191,17 +272,38 @@ class Decoder:
         if kind is not dict or len(tree) != 1:
             raise ProtocolError(f"malformed value of type {kind.__name__}")
         (key, body), = tree.items()
-        if key in ("t", "p"):
-            if type(body) is not list or len(body) != 3 or type(body[2]) is not int:
+        if key in ("t", "p") or (key == "ts" and self.layout):
+            size = 4 if key == "ts" else 3
+            if type(body) is not list or len(body) != size or type(body[2]) is not int:
                 raise ProtocolError("malformed tensor")
             if not 0 <= body[2] < len(self.blobs):
                 raise ProtocolError("a tensor refers to a missing blob")
+            memo = (key, body[0], str(body[1]), body[2], str(body[3:]))
+            if memo in self._made:
+                return self._made[memo]
             t = tensor_from(body[0], body[1], self.blobs[body[2]])
+            if key == "ts":
+                t = _restride(t, body[3])
             if key == "p":
                 if not self.parameters:
                     raise ProtocolError("parameters are not accepted here")
-                return torch.nn.Parameter(t, requires_grad=t.is_floating_point())
+                t = torch.nn.Parameter(t, requires_grad=t.is_floating_point())
+            self._made[memo] = t
+            self.tensors.append(t)
             return t
+        if key == "va" and self.views is not None:
+            if (type(body) is not list or len(body) != 5 or type(body[0]) is not int
+                    or type(body[3]) is not int):
+                raise ProtocolError("malformed view")
+            sources, exact = self.views
+            fallback = self(body[4], depth + 1)
+            if not 0 <= body[0] < len(sources) or not exact[body[0]]:
+                return fallback
+            base = sources[body[0]]
+            try:
+                return base.as_strided(body[1], body[2], base.storage_offset() + body[3])
+            except (RuntimeError, TypeError, ValueError):
+                return fallback
         if key in ("l", "u"):
             if type(body) is not list:
                 raise ProtocolError("malformed sequence")
@@ -228,6 +330,15 @@ class Decoder:
                 raise ProtocolError("malformed handle")
             return self.handle(body)
         raise ProtocolError(f"unknown value kind {key!r}")
+
+
+def _restride(t: torch.Tensor, stride: Any) -> torch.Tensor:
+    if (type(stride) is not list or len(stride) != t.dim()
+            or any(type(n) is not int or n < 0 for n in stride)):
+        raise ProtocolError("malformed strides")
+    if not is_permuted_contiguous(None, list(t.shape), stride):
+        raise ProtocolError("strides that do not fill the tensor's memory exactly")
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
 
 
 # ----------------------------------------------------------------------------- frames

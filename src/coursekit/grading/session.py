@@ -17,27 +17,34 @@ replays the cells that loaded, and goes on.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import inspect
 import os
 import re
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from coursekit.grading import protocol
 from coursekit.grading.submissions import ExerciseCode
 from coursekit.grading.suite import (
+    Attempt,
     OutputError,
-    Outputs,
     Suite,
     as_outputs,
     describe_exception,
 )
-from coursekit.grading.workers import HarnessError, Output, WorkerLost, WorkerProcess, clean
-
-if TYPE_CHECKING:
-    from coursekit.grading.batch import Context
+from coursekit.grading.worker_pool import (
+    HarnessError,
+    Limits,
+    Output,
+    WorkerLost,
+    WorkerProcess,
+    Zygote,
+    clean,
+)
 
 UID_BASE = 64000  # worker slot k runs as uid UID_BASE + k when the grader is root
 MAX_UPSTREAM_CALLS = 10_000  # per case
@@ -123,6 +130,59 @@ def _remote_type(name: str) -> type:
     return _remote_types[name]
 
 
+@dataclasses.dataclass
+class Context:
+    suites: dict[str, Suite]
+    hidden: dict[str, set[int]]
+    limits: Limits
+    zygote: Zygote | None
+    fingerprint: str
+    isolation: dict | None = None
+    stopping: bool = False  # set on Ctrl-C: live workers are killed, no more steps start
+    live: set = dataclasses.field(default_factory=set)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    workers: set = dataclasses.field(default_factory=set)  # (pid, start time) of each worker
+    # Readable once stop() is called: every wait on a worker watches it, so that Ctrl-C never
+    # waits for a worker that is starting, busy or slow to die.
+    stop_r: int = -1
+    stop_w: int = -1
+
+    def __post_init__(self) -> None:
+        self.stop_r, self.stop_w = os.pipe()
+
+    def started(self, worker: WorkerProcess) -> None:
+        """Called as soon as a worker exists, before it says hello: from then on stop() kills
+        it."""
+        with self.lock:
+            self.live.add(worker)
+            if self.stopping:
+                worker.kill()
+
+    def stop(self) -> None:
+        self.stopping = True
+        try:
+            os.write(self.stop_w, b"s")
+        except OSError:
+            pass
+        with self.lock:
+            for worker in list(self.live):
+                worker.kill()
+
+    def close(self) -> None:
+        for fd in (self.stop_r, self.stop_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def chapter(self, chapter: str | None) -> list[Suite]:
+        found = [s for s in self.suites.values() if s.exercise.split(".")[0] == chapter]
+        return sorted(found, key=lambda s: [int(p) for p in s.exercise.split(".")])
+
+    def chapters(self) -> set[str]:
+        return {s.exercise.split(".")[0] for s in self.suites.values()}
+
+
 class Bounds:
     """How large an upstream request may be: a few times the case's own inputs."""
 
@@ -173,8 +233,11 @@ class Bounds:
 class Session:
     """One submission's conversation with its (restartable) worker."""
 
-    def __init__(self, ctx: Context, slot: int, deadline: float) -> None:
+    def __init__(self, ctx: Context, slot: int, deadline: float,
+                 provided: dict[str, str] | None = None) -> None:
         self.ctx, self.slot, self.deadline = ctx, slot, deadline
+        # The exercises the notebook imports from coursekit (see coursekit.grading.cells).
+        self.provided = {k: v for k, v in (provided or {}).items() if v in ctx.suites}
         self.worker: WorkerProcess | None = None
         self.facts: dict = {}
         self.output = Output()
@@ -193,10 +256,14 @@ class Session:
     # -- worker lifecycle
     def _spawn(self) -> None:
         uid = UID_BASE + self.slot if os.geteuid() == 0 else None
-        self.worker, facts = self.ctx.zygote.spawn(uid, self.ctx.limits, self.output)
+        self.worker, facts = self.ctx.zygote.spawn(uid, self.ctx.limits, self.output,
+                                                   stop_fd=self.ctx.stop_r,
+                                                   started=self.ctx.started)
         self.facts = self.facts or facts
-        with self.ctx.lock:
-            self.ctx.live.add(self.worker)
+        identity = self.worker.identity()
+        if identity is not None:
+            with self.ctx.lock:
+                self.ctx.workers.add(identity)
 
     def _retire(self) -> None:
         if self.worker is not None:
@@ -227,7 +294,8 @@ class Session:
             self._spawn()
             for name, code in list(self.loaded):
                 try:
-                    reply, _ = self.exchange(self._exec_message(code), self._step_timeout())
+                    reply, _ = self.exchange(self._exec_message(name, code),
+                                             self._step_timeout())
                 except WorkerLost as lost:
                     self._lost(lost)
                     self.loaded.remove((name, code))
@@ -238,9 +306,14 @@ class Session:
                     self.load_errors[name] = "the cell did not run when re-run: " + \
                         _error_text(reply)
 
-    @staticmethod
-    def _exec_message(code: ExerciseCode) -> dict:
-        return {"op": "exec", "source": code.source, "filename": code.filename}
+    def _exec_message(self, name: str, code: ExerciseCode) -> dict:
+        """Run the cell in a namespace of its own, with the provided exercises bound (never the
+        exercise itself: a cell that does not define it must not get the reference)."""
+        kinds = {local: [ex, "class" if inspect.isclass(self.ctx.suites[ex].solution)
+                         else "function"]
+                 for local, ex in self.provided.items() if ex != name}
+        return {"op": "exec", "source": code.source, "filename": code.filename, "space": name,
+                "provided": kinds}
 
     def close(self) -> None:
         self._retire()
@@ -285,12 +358,38 @@ class Session:
             self._lost(lost)
             raise lost
         try:
-            return protocol.Decoder(blobs, handle=lambda ref: _remote_type(ref[1])(self, ref[0]))(
-                reply.get("value"))
+            decode = protocol.Decoder(blobs, handle=lambda ref: _remote_type(ref[1])(self, ref[0]))
+            value = decode(reply.get("value"))
+            if message.get("op") == "call":
+                self._write_back(encoder.sources, decode(reply.get("after", {"l": []})))
+            return value
         except protocol.ProtocolError as err:
             lost = WorkerLost(f"sent a malformed message ({err})", "protocol")
             self._lost(lost)
             raise lost from None
+
+    @staticmethod
+    def _write_back(sent: list, after: Any) -> None:
+        """Mirror what a call did to its arguments in the worker onto the grader's own tensors,
+        so that a case compares its arguments before and after the call here, as ``check()``
+        does in the notebook."""
+        if type(after) is not list:
+            raise protocol.ProtocolError("malformed arguments after the call")
+        for mine, theirs in zip(sent, after, strict=False):
+            if type(mine) is not torch.Tensor or type(theirs) is not torch.Tensor:
+                continue
+            same = (mine.shape == theirs.shape and mine.dtype == theirs.dtype
+                    and bool(((mine == theirs) | (mine != mine) & (theirs != theirs)).all()))
+            if same:
+                continue
+            with torch.no_grad():
+                try:
+                    if mine.shape == theirs.shape and mine.dtype == theirs.dtype:
+                        mine.copy_(theirs)
+                    else:
+                        mine.set_(theirs.clone())
+                except RuntimeError:
+                    pass
 
     def _error_message(self, reply: dict) -> str:
         """A student exception's message, with where it happened and which limit it hit."""
@@ -321,7 +420,7 @@ class Session:
         if self.upstream_calls > MAX_UPSTREAM_CALLS:
             return refuse("RuntimeError", "too many calls to the reference in one case")
         try:
-            decode = protocol.Decoder(blobs)
+            decode = protocol.Decoder(blobs, layout=True)
             args, kwargs = decode(message.get("args")), decode(message.get("kwargs"))
             state = decode(message.get("state", {"d": []}))
         except protocol.ProtocolError as err:
@@ -358,7 +457,7 @@ class Session:
         except Exception as err:  # the student's arguments made the reference fail
             text = str(err).strip().splitlines()
             return refuse(type(err).__name__, clean(text[-1] if text else ""))
-        encoder = protocol.Encoder()
+        encoder = protocol.Encoder(layout=True, views=decode.tensors)
         try:
             tree = encoder(value)
         except protocol.Unsendable as err:
@@ -373,7 +472,7 @@ class Session:
         for name, code in codes:
             try:
                 self.ensure()
-                reply, _ = self.exchange(self._exec_message(code), self._step_timeout())
+                reply, _ = self.exchange(self._exec_message(name, code), self._step_timeout())
             except TimeUp:
                 self.load_errors[name] = (f"not run: the submission used up its time limit "
                                           f"({self.ctx.limits.timeout:g} s)")
@@ -387,46 +486,54 @@ class Session:
             else:
                 self.load_errors[name] = "the cell did not run: " + _error_text(reply)
 
-    def run_cases(self, suite: Suite) -> list[Outputs | str]:
+    def run_cases(self, suite: Suite) -> list[Attempt]:
         """Every case's outputs, or why there are none. After a case times out, the exercise's
         other cases are not run: one endless loop must not use up the time of the exercises
         after it."""
-        submitted: list[Outputs | str] = []
+        submitted: list[Attempt] = []
         for index in range(len(suite.cases)):
             events = len(self.events)
             submitted.append(self.run_case(suite, index))
             if "timeout" in self.events[events:]:
                 left = len(suite.cases) - len(submitted)
-                submitted += ["not run: an earlier case of this exercise timed out"] * left
+                submitted += [Attempt(error="not run: an earlier case of this exercise timed "
+                                            "out") for _ in range(left)]
                 break
         return submitted
 
-    def run_case(self, suite: Suite, index: int) -> Outputs | str:
-        """The submission's outputs for one case, or why there are none."""
-        self.allowed = {u: self.ctx.suites[u] for u in suite.upstream if u in self.ctx.suites}
+    def run_case(self, suite: Suite, index: int) -> Attempt:
+        """The submission's outputs for one case, or why there are none, and the arguments it
+        modified in place (written back from the worker, compared here)."""
+        names = [*suite.upstream, *(ex for ex in self.provided.values() if ex != suite.name)]
+        self.allowed = {u: self.ctx.suites[u] for u in names if u in self.ctx.suites}
         self.instances = {}
         self.upstream_calls = 0
+        args = None
         try:
             self.ensure()
             self._step_timeout()
             args = suite.inputs(index)
             self.bounds = Bounds(args)
             kinds = {u: "class" if inspect.isclass(s.solution) else "function"
-                     for u, s in self.allowed.items()}
+                     for u, s in self.allowed.items() if u in suite.upstream}
             fn = self.request({"op": "begin", "name": suite.name, "upstream": kinds,
                                "seed": index})
-            return as_outputs(suite.run(fn, args))
+            attempt = Attempt(outputs=as_outputs(suite.run(fn, args)))
         except OutputError as err:
-            return f"returned the wrong type: {err}"
+            attempt = Attempt(error=f"returned the wrong type: {err}")
         except WorkerLost as lost:
-            return f"the worker {lost.reason} while running this case"
+            return Attempt(error=f"the worker {lost.reason} while running this case")
         except TimeUp:
-            return f"not run: the submission used up its time limit ({self.ctx.limits.timeout:g} s)"
+            return Attempt(error="not run: the submission used up its time limit "
+                                 f"({self.ctx.limits.timeout:g} s)")
         except HarnessError as err:
             self.harness_errors.append(f"{suite.name}: {err}")
-            return f"grader error: {err}"
+            return Attempt(error=f"grader error: {err}")
         except Exception as err:  # the student's bug, as in the notebook's check()
-            return describe_exception(err)
+            attempt = Attempt(error=describe_exception(err))
+        if args is not None:
+            attempt.modified = tuple(suite.modified_arguments(index, args))
+        return attempt
 
 
 def _error_text(reply: dict) -> str:

@@ -9,6 +9,8 @@ mutant's hint names the bug. The same mutants prove, in the tests, that each sui
 
 from __future__ import annotations
 
+import inspect
+import re
 import zlib
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ class Case:
     name: str
     make: Callable[[torch.Generator], tuple]
     points: float = 1.0
-    hint: str = ""  # what this case probes; shown when it fails and no mutant explains the failure
+    hint: str = ""  # the one property this case probes; shown when it is the telling failure
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class Suite:
     atol: float = 1e-5
     rtol: float = 1e-4
     hint: str = ""  # general advice when nothing more specific applies
+    # Names of the case's positional arguments, for "modified in place" messages. Defaults to
+    # the parameters of ``solution`` when there is no ``call`` adapter.
+    arg_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.solution is None:
@@ -81,6 +86,56 @@ class Suite:
         total = sum(c.points for c in self.cases)
         return self.points * self.cases[index].points / total
 
+    def argument_names(self, count: int) -> list[str]:
+        names = list(self.arg_names)
+        if not names and self.call is None:
+            try:
+                names = [p.name for p in inspect.signature(self.solution).parameters.values()
+                         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            except (TypeError, ValueError):
+                names = []
+        return names[:count] + [f"argument {i + 1}" for i in range(len(names), count)]
+
+    def modified_arguments(self, index: int, args: tuple) -> list[str]:
+        """The arguments of case ``index`` that no longer equal what the case passed in."""
+        fresh = self.inputs(index)
+        names = self.argument_names(len(fresh))
+        return [label for name, a, b in zip(names, args, fresh, strict=False)
+                for label in _changed(name, a, b)]
+
+
+def _changed(label: str, now: Any, before: Any) -> list[str]:
+    if isinstance(before, torch.Tensor):
+        if not isinstance(now, torch.Tensor) or now.shape != before.shape \
+                or now.dtype != before.dtype:
+            return [label]
+        same = (now == before) | (torch.isnan(now) & torch.isnan(before)) \
+            if now.is_floating_point() else now == before
+        return [] if bool(same.all()) else [label]
+    if isinstance(before, (tuple, list)) and isinstance(now, (tuple, list)):
+        return [x for i, (a, b) in enumerate(zip(now, before, strict=False))
+                for x in _changed(f"{label}[{i}]", a, b)]
+    return []
+
+
+def load_parameters(module: Any, parameters: dict) -> None:
+    """Load ``parameters`` (name -> tensor) into a submitted module, by its parameters only.
+
+    Every given tensor must land in a parameter of that name, and every parameter must be given;
+    buffers and attributes the module adds (a registered causal mask, nanoGPT-style) are its own
+    business. Works on a module in this process and on a handle to one in a grading worker.
+    """
+    missing, unexpected = module.load_state_dict(parameters, strict=False)
+    if unexpected:
+        raise RuntimeError(f"the module has no parameter(s) {', '.join(map(str, unexpected))}; "
+                           f"it must have exactly {', '.join(parameters)}")
+    if missing:
+        owned = {name for name, _ in module.named_parameters()}
+        lost = [m for m in missing if m in owned]
+        if lost:
+            raise RuntimeError(f"the module has extra parameter(s) {', '.join(map(str, lost))}; "
+                               f"it must have exactly {', '.join(parameters)}")
+
 
 # ----------------------------------------------------------------------------- comparison
 
@@ -90,12 +145,14 @@ class OutputError(Exception):
 
 
 def as_outputs(value: Any, what: str = "output") -> Outputs:
-    """A tensor, or a tuple/list of tensors, as a flat list. Exact types only: no subclasses."""
+    """A tensor, or a tuple/list of tensors, as a flat list. A tuple may be a subclass (a
+    namedtuple unpacks like a tuple); the tensors must be exactly ``torch.Tensor``."""
     if type(value) is torch.Tensor:
         return [value]
-    if type(value) in (tuple, list):
+    if isinstance(value, tuple) or type(value) is list:
         out = []
-        for i, item in enumerate(value):
+        items = tuple.__iter__(value) if isinstance(value, tuple) else iter(value)
+        for i, item in enumerate(items):
             if type(item) is not torch.Tensor:
                 raise OutputError(
                     f"{what}[{i}] is a {type(item).__name__}, expected a torch.Tensor"
@@ -166,6 +223,17 @@ class CaseResult:
     earned: float
     message: str
     outputs: Outputs | None = None  # the submission's outputs (None when it raised)
+    modified: tuple[str, ...] = ()  # the arguments it modified in place
+
+
+@dataclass
+class Attempt:
+    """What one call of a submission did: its outputs or why there are none, and the arguments
+    it modified in place. :func:`grade_outputs` also takes a bare list of outputs or a string."""
+
+    outputs: Outputs | None = None
+    error: str = ""
+    modified: tuple[str, ...] = ()
 
 
 @dataclass
@@ -184,9 +252,34 @@ class SuiteResult:
         return self.suite.points
 
 
+def one_line(text: Any) -> str:
+    """Text on one line: tabs, newlines and runs of spaces become one space."""
+    return re.sub(r"\s+", " ", str(text)).strip()
+
+
+def sentence(text: str) -> str:
+    """``text`` ending with exactly one full stop (or its own ? ! or …)."""
+    text = one_line(text).rstrip(" .")
+    return text + ("" if text.endswith(("?", "!", "…")) else ".") if text else ""
+
+
 def describe_exception(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"raised {type(err).__name__}: {text[-1] if text else ''}".rstrip(": ")
+    lines = [one_line(line) for line in str(err).splitlines()]
+    lines = [line for line in lines if line]
+    return f"raised {type(err).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+
+
+def in_place_message(names: Sequence[str]) -> str:
+    which = ", ".join(f"`{n}`" for n in names)
+    return f"modified its argument{'s' if len(names) > 1 else ''} {which} in place"
+
+
+def in_place_hint(names: Sequence[str]) -> str:
+    which = ", ".join(f"`{n}`" for n in names)
+    return (f"Your code modifies its argument{'s' if len(names) > 1 else ''} {which} in place "
+            "(an in-place operation such as `x += y`, `x /= s`, `x.mul_(y)` or `m |= mask` on an "
+            "argument, or on a view of it), so the caller's tensors are silently changed. Compute "
+            "a new tensor instead: `x = x + y`, `x = x / s`, `m = m | mask`.")
 
 
 def reference_outputs(suite: Suite, index: int) -> Outputs:
@@ -194,25 +287,42 @@ def reference_outputs(suite: Suite, index: int) -> Outputs:
         return [t.detach() for t in as_outputs(suite.run(suite.reference, suite.inputs(index)))]
 
 
-def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str],
+def _attempt(got: Outputs | str | Attempt) -> Attempt:
+    if isinstance(got, Attempt):
+        return got
+    if isinstance(got, str):
+        return Attempt(error=got)
+    return Attempt(outputs=got)
+
+
+def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str | Attempt],
                   hidden: Set[int] = frozenset()) -> SuiteResult:
-    """Verdicts from what a submission produced: per case, its outputs or an error message.
+    """Verdicts from what a submission produced: per case, its outputs or an error message
+    (an :class:`Attempt` also says which arguments it modified in place).
 
     This is the half of grading that runs in the grader's own process: it never calls student
     code. :func:`run_suite` and the batch grader both end here. ``hidden`` cases (the
     instructor's) count like the others, but the hint never comes from them.
     """
+    attempts = [_attempt(g) for g in submitted]
     results = []
-    for i, got in enumerate(submitted):
+    for i, got in enumerate(attempts):
         points = suite.case_points(i)
-        if isinstance(got, str):
-            results.append(CaseResult(suite.cases[i].name, points, 0.0, got))
+        name = suite.cases[i].name
+        if got.outputs is None:
+            results.append(CaseResult(name, points, 0.0, got.error, None, got.modified))
             continue
-        verdict = compare(reference_outputs(suite, i), got, suite.atol, suite.rtol)
-        results.append(CaseResult(suite.cases[i].name, points, points if verdict.ok else 0.0,
-                                  verdict.message, got))
-    not_attempted = all(isinstance(g, str) and g.startswith("raised NotImplementedError")
-                        for g in submitted)
+        verdict = compare(reference_outputs(suite, i), got.outputs, suite.atol, suite.rtol)
+        message = verdict.message
+        if got.modified:
+            message = in_place_message(got.modified) + ("" if not verdict.ok else
+                                                        " (its outputs are right)") + (
+                "" if verdict.ok else f"; {verdict.message}")
+        ok = verdict.ok and not got.modified
+        results.append(CaseResult(name, points, points if ok else 0.0, message, got.outputs,
+                                  got.modified))
+    not_attempted = all(a.outputs is None and a.error.startswith("raised NotImplementedError")
+                        for a in attempts)
     if not_attempted:
         return SuiteResult(suite, results, "not attempted")
     earned = sum(r.earned for r in results)
@@ -222,45 +332,73 @@ def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str],
     return SuiteResult(suite, results, status, hint)
 
 
+def _reproduces(suite: Suite, mutant: Mutant, index: int, result: CaseResult) -> bool:
+    """Whether ``mutant`` does on case ``index`` what the submission did: the same outputs
+    (within tolerance) where it returned some, an exception where it raised."""
+    try:
+        with torch.no_grad():
+            expected = as_outputs(suite.run(mutant.fn, suite.inputs(index)))
+    except Exception:
+        return result.outputs is None
+    if result.outputs is None:
+        return False
+    return compare(expected, result.outputs, suite.atol, suite.rtol).ok
+
+
 def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozenset()) -> str:
-    """The hint for a failing submission: the mutant that reproduces its failures, if any.
-    Only the failures of cases that are not ``hidden`` are looked at."""
-    failed = [i for i, r in enumerate(results) if r.earned < r.points and i not in hidden]
-    best, best_matches = None, 0
-    for mutant in suite.mutants:
-        matches = 0
-        for i in failed:
-            got = results[i].outputs
-            if got is None:
-                continue
-            try:
-                with torch.no_grad():
-                    expected = as_outputs(suite.run(mutant.fn, suite.inputs(i)))
-            except Exception:
-                continue
-            if compare(expected, got, suite.atol, suite.rtol).ok:
-                matches += 1
-        if matches > best_matches:
-            best, best_matches = mutant, matches
-    if best is not None:
-        return best.hint
+    """The hint for a failing submission, from the visible cases only.
+
+    1. Arguments modified in place: the hint names them.
+    2. A mutant that reproduces the submission on every visible case, passes and failures
+       alike: its hint names the bug.
+    3. Otherwise the failing cases speak. When only probing cases (cases with a hint) fail, the
+       first of them names the property at fault; when a plain case fails too, the bug is not
+       specific to one property and the suite's general advice is given. An exception's message
+       comes first either way.
+    """
+    visible = [i for i in range(len(results)) if i not in hidden]
+    failed = [i for i in visible if results[i].earned < results[i].points]
     if not failed:  # only hidden cases failed: nothing about them may show
         return suite.hint or ADVICE
-    first = results[failed[0]]
-    case = suite.cases[failed[0]]
-    if first.outputs is None and "NotImplementedError" not in first.message:
-        return f"The call {first.message}. " + (case.hint or suite.hint)
-    return case.hint or suite.hint or ADVICE
+    modified = [n for i in failed for n in results[i].modified]
+    if modified:
+        return in_place_hint(list(dict.fromkeys(modified)))
+    for mutant in suite.mutants:
+        if all(_reproduces(suite, mutant, i, results[i]) for i in visible):
+            return mutant.hint
+    probes = [i for i in failed if suite.cases[i].hint]
+    general = suite.hint or ADVICE
+    advice = suite.cases[probes[0]].hint if probes and len(probes) == len(failed) else general
+    raised = next((results[i] for i in failed if results[i].outputs is None
+                   and results[i].message.startswith("raised ")
+                   and "NotImplementedError" not in results[i].message), None)
+    if raised is not None:
+        if raised.message.startswith("raised NameError"):
+            advice = ("The grader runs each exercise cell on its own, with math, np, torch, nn, "
+                      "F and what the chapter imports from coursekit: a helper you wrote in "
+                      "another cell belongs inside the exercise cell.")
+        return f"The call {sentence(raised.message)} {sentence(advice)}"
+    wrong_type = next((results[i] for i in failed if results[i].outputs is None
+                       and results[i].message.startswith("returned the wrong type")), None)
+    if wrong_type is not None:
+        return f"Your code {sentence(wrong_type.message)} {sentence(advice)}"
+    return advice
+
+
+def run_case(suite: Suite, fn: Callable, index: int) -> Attempt:
+    """Call ``fn`` on case ``index`` in this process; note the arguments it modified."""
+    args = suite.inputs(index)
+    try:
+        outputs = as_outputs(suite.run(fn, args))
+        attempt = Attempt(outputs=outputs)
+    except OutputError as err:
+        attempt = Attempt(error=f"returned the wrong type: {err}")
+    except Exception as err:  # the student's bug, reported, never raised
+        attempt = Attempt(error=describe_exception(err))
+    attempt.modified = tuple(suite.modified_arguments(index, args))
+    return attempt
 
 
 def run_suite(suite: Suite, fn: Callable) -> SuiteResult:
     """Call ``fn`` on every case (in this process) and grade what it returns."""
-    submitted: list[Outputs | str] = []
-    for i in range(len(suite.cases)):
-        try:
-            submitted.append(as_outputs(suite.run(fn, suite.inputs(i))))
-        except OutputError as err:
-            submitted.append(f"returned the wrong type: {err}")
-        except Exception as err:  # the student's bug, reported, never raised
-            submitted.append(describe_exception(err))
-    return grade_outputs(suite, submitted)
+    return grade_outputs(suite, [run_case(suite, fn, i) for i in range(len(suite.cases))])

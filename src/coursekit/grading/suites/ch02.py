@@ -97,6 +97,13 @@ def _softmax_case(shape, lengths, scale=2.0, offset=0.0, broadcast=False):
     return make
 
 
+def _full_mask_case(g):
+    scores = torch.randn(2, 4, 5, generator=g) * 2
+    mask = torch.rand(2, 4, 5, generator=g) < 0.6
+    mask[..., 1] = True  # every row keeps one allowed position
+    return scores, mask
+
+
 def _sm_batch_axis(scores, mask=None):
     scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=0)
@@ -217,9 +224,7 @@ SUITES = [
         reference=torch_masked_softmax,
         solution=attention.masked_softmax,
         cases=[
-            Case("padding mask, lengths 5, 3, 1", _softmax_case((3, 5), [5, 3, 1]),
-                 hint="Masked positions must get exactly zero weight, and each row's weights "
-                      "must sum to 1 over the allowed positions."),
+            Case("padding mask, lengths 5, 3, 1", _softmax_case((3, 5), [5, 3, 1])),
             Case("no mask (mask=None)", _softmax_case((4, 6), None),
                  hint="With mask=None this is a plain softmax over the last axis."),
             Case("a fully masked row", _softmax_case((3, 4), [4, 0, 2]),
@@ -228,12 +233,21 @@ SUITES = [
             Case("mask (B, 1, T) broadcast over queries", _softmax_case((2, 3, 5), [4, 2],
                                                                        broadcast=True),
                  hint="The mask broadcasts: a (B, 1, T) mask applies to every query row."),
-            Case("scores far below -10⁶", _softmax_case((3, 6), [6, 4, 2], scale=1e6, offset=-5e6),
-                 hint="Any finite fill value can be beaten by real scores: fill with -inf."),
             Case("large scores (numerical stability)", _softmax_case((3, 6), [6, 5, 3], scale=30.0,
                                                                      offset=200.0),
                  hint="exp(200) overflows float32: subtract the row maximum first (torch.softmax "
                       "does)."),
+            Case("scores far below -10⁶", _softmax_case((3, 6), [6, 4, 2], scale=1e6, offset=-5e6),
+                 hint="Any finite fill value can be beaten by real scores: fill with -inf."),
+            Case("scores far below -10⁹", _softmax_case((3, 6), [6, 4, 2], scale=1e9,
+                                                        offset=-5e9),
+                 hint="Real scores can be below any finite fill (here they are near -5·10⁹, "
+                      "below -1e9 too): fill the masked scores with float('-inf') and zero the "
+                      "rows with no allowed position."),
+            Case("a full (B, N_q, T) mask", _full_mask_case,
+                 hint="The mask may have the full shape of the scores: each query row has its "
+                      "own allowed positions. Use it elementwise (masked_fill), do not assume "
+                      "it is (B, T)."),
         ],
         hint="Fill the masked scores with -inf, take torch.softmax over the last axis, and set "
              "rows with no allowed position to 0.",

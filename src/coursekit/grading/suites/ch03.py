@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from coursekit import attention
-from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.grading.suite import Case, Mutant, Suite, load_parameters
 
 NEG_INF = float("-inf")
 
@@ -85,6 +85,27 @@ def _fully_masked_row(g):
     return q, k, v, mask
 
 
+def _scores_near_minus_4e9(g):
+    """Allowed scores are all exactly -2³² ≈ -4.3·10⁹ (powers of two: no rounding), far below a
+    -1e9 fill; the masked keys must still get no weight."""
+    n_q, n_k, d = 3, 5, 16
+    q = torch.zeros(2, n_q, d)
+    q[..., 0] = 2.0 ** 17
+    k = torch.zeros(2, n_k, d)
+    k[..., 0] = -(2.0 ** 17)
+    v = _randn(g, 2, n_k, 3)
+    mask = torch.rand(2, n_q, n_k, generator=g) < 0.5
+    mask[..., 0] = True
+    return q, k, v, mask
+
+
+def _four_d_mask(g):
+    q, k, v = _randn(g, 2, 3, 4, 8), _randn(g, 2, 3, 5, 8), _randn(g, 2, 3, 5, 6)
+    mask = torch.rand(2, 3, 4, 5, generator=g) < 0.6
+    mask[..., 2] = True
+    return q, k, v, mask
+
+
 def _large_scores(g):
     """Integer q, k (exact scores) of size ±300: exp overflows float32 without the max trick."""
     q = torch.randint(-30, 31, (2, 4, 16), generator=g).float()
@@ -134,13 +155,19 @@ SDPA_CASES = [
          hint="The mask is True where attention is allowed and broadcasts over the queries."),
     Case("causal mask (N, N)", _causal,
          hint="Fill the masked scores with -inf before the softmax."),
+    Case("scores of size ±300", _large_scores, 1,
+         hint="exp(300) overflows float32: use torch.softmax (it subtracts the row maximum)."),
     Case("allowed scores near -1e6", _scores_near_minus_1e6, 2,
          hint="Masked scores must be -inf: any finite fill can be larger than a real score."),
+    Case("allowed scores near -4·10⁹", _scores_near_minus_4e9, 1,
+         hint="Masked scores must be -inf: real scores can be below any finite fill, -1e9 "
+              "included."),
+    Case("mask (B, H, N_q, N_k)", _four_d_mask, 1,
+         hint="The mask can have every leading axis of the scores, (B, H, N_q, N_k): apply it "
+              "elementwise (masked_fill broadcasts), whatever its number of dimensions."),
     Case("a query with every key masked", _fully_masked_row, 1,
          hint="A row where every key is masked gets all-zero weights and a zero output, as in "
               "F.scaled_dot_product_attention, never NaN."),
-    Case("scores of size ±300", _large_scores, 1,
-         hint="exp(300) overflows float32: use torch.softmax (it subtracts the row maximum)."),
 ]
 
 # ----------------------------------------------------------------------------- 03.2 causal mask
@@ -203,10 +230,10 @@ class TorchSelfAttention(nn.Module):
 
 
 def run_layer(cls, args):
-    """Build the submitted class, load the case's weights (strictly), run it."""
+    """Build the submitted class, load the case's weights into its parameters, run it."""
     x, W_Q, W_K, W_V, mask = args
     layer = cls(x.shape[-1], W_Q.shape[0], W_V.shape[0])
-    layer.load_state_dict({"W_Q.weight": W_Q, "W_K.weight": W_K, "W_V.weight": W_V})
+    load_parameters(layer, {"W_Q.weight": W_Q, "W_K.weight": W_K, "W_V.weight": W_V})
     return layer(x) if mask is None else layer(x, mask)
 
 
@@ -219,6 +246,9 @@ def _layer_case(B, N, d_model, d_k, d_v, mask=None):
             m = torch.ones(N, N, dtype=torch.bool).tril()
         elif mask == "padding":
             m = attention.padding_mask(torch.arange(N, N - B, -1).clamp_min(1), N)[:, None, :]
+        elif mask == "empty row":
+            m = torch.ones(B, N, N, dtype=torch.bool).tril()
+            m[0, 1] = False  # query 1 of sequence 0 may see nothing
         return (x, *W, m)
 
     return make
@@ -259,7 +289,11 @@ LAYER_CASES = [
     Case("d_model=16, d_k=8, d_v=16", _layer_case(2, 6, 16, 8, 16), 2),
     Case("causal mask (N, N)", _layer_case(2, 5, 8, 8, 8, mask="causal"), 3,
          hint="Pass the mask on to the attention: forward(x, mask) must use it."),
-    Case("padding mask (B, 1, N)", _layer_case(3, 6, 8, 4, 4, mask="padding"), 2),
+    Case("padding mask (B, 1, N)", _layer_case(3, 6, 8, 4, 4, mask="padding"), 2,
+         hint="A (B, 1, N) padding mask broadcasts over the queries: pass it on unchanged."),
+    Case("a query with every key masked", _layer_case(2, 4, 8, 4, 4, mask="empty row"), 1,
+         hint="A query whose keys are all masked gets zero weights and a zero output, never "
+              "NaN: guard the softmax as scaled_dot_product_attention does."),
 ]
 
 
@@ -338,6 +372,7 @@ SUITES = [
         reference=TorchSelfAttention,
         solution=attention.SelfAttention,
         call=run_layer,
+        arg_names=("x", "W_Q.weight", "W_K.weight", "W_V.weight", "mask"),
         upstream=("scaled_dot_product_attention",),
         cases=LAYER_CASES,
         hint="Project x three times (self.W_Q, self.W_K, self.W_V, nn.Linear without bias), then "

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from coursekit import attention
-from coursekit.grading.suite import Case, Mutant, OutputError, Suite
+from coursekit.grading.suite import Case, Mutant, OutputError, Suite, load_parameters
 
 # ----------------------------------------------------------------------------- 04.1 / 04.2
 
@@ -119,20 +119,20 @@ def run_mha(cls, args):
     d_model, n_heads, W_in, b_in, W_out, b_out, x_q, x_kv, attn_mask, key_mask, is_causal, \
         need_weights = args
     module = cls(d_model, n_heads)
-    module.load_state_dict({"in_proj.weight": W_in, "in_proj.bias": b_in,
-                            "out_proj.weight": W_out, "out_proj.bias": b_out})
+    load_parameters(module, {"in_proj.weight": W_in, "in_proj.bias": b_in,
+                             "out_proj.weight": W_out, "out_proj.bias": b_out})
     module.eval()
     with torch.no_grad():
         result = module(x_q, x_kv, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
                         need_weights=need_weights)
-    if type(result) is not tuple or len(result) != 2:
+    if not isinstance(result, tuple) or len(result) != 2:
         raise OutputError(f"forward returned a {type(result).__name__}; it should return the "
                           "tuple (output, weights)")
     return tuple(result) if need_weights else result[0]
 
 
 def _mha_case(d_model, n_heads, B, N_q, N_k=None, key_lengths=None, causal=False,
-              attn_mask=False, need_weights=False):
+              attn_mask=False, need_weights=False, mask_4d=False):
     cross = N_k is not None
     N_k = N_k if cross else N_q
 
@@ -150,6 +150,11 @@ def _mha_case(d_model, n_heads, B, N_q, N_k=None, key_lengths=None, causal=False
             rows = torch.arange(N_q)
             mask[rows, rows % N_k] = True
             mask[rows, (rows + 1) % N_k] = False
+            if mask_4d:  # (B, H, N_q, N_k): each example and head its own mask
+                mask = torch.rand(B, n_heads, N_q, N_k, generator=g) < 0.5
+                mask[..., rows, rows % N_k] = True
+            if key_lengths is not None:  # key 0 is real everywhere: no row is fully masked
+                mask[..., 0] = True
         keys = None
         if key_lengths is not None:
             keys = torch.arange(N_k) < torch.tensor(key_lengths)[:, None]
@@ -220,6 +225,19 @@ MHA_CASES = [
          hint="With is_causal, query i may attend to keys j <= i only."),
     Case("attn_mask (True = may attend)", _mha_case(16, 4, B=2, N_q=5, attn_mask=True),
          hint="attn_mask is True where attention is allowed; fill the rest with -inf."),
+    Case("attn_mask (B, H, N_q, N_k)",
+         _mha_case(16, 4, B=2, N_q=5, attn_mask=True, mask_4d=True),
+         hint="attn_mask may also be (B, H, N_q, N_k), one mask per example and head: combine it "
+              "with the (B, H, N_q, N_k) scores elementwise, whatever its number of "
+              "dimensions."),
+    Case("attn_mask and key_mask together",
+         _mha_case(16, 4, B=2, N_q=5, key_lengths=[5, 3], attn_mask=True),
+         hint="Several masks can be given at once: a key is allowed only where every mask "
+              "allows it. Combine them with & (each one must not replace the others)."),
+    Case("causal and key_mask together",
+         _mha_case(16, 2, B=3, N_q=6, key_lengths=[6, 4, 2], causal=True),
+         hint="is_causal and key_mask together: a key is allowed only where both allow it. "
+              "Combine the masks with &."),
     Case("cross-attention + padding, weights returned",
          _mha_case(16, 4, B=2, N_q=3, N_k=5, key_lengths=[3, 4], need_weights=True),
          hint="Return (output, weights) with weights of shape (B, H, N_q, N_k), one map per head."),
@@ -276,6 +294,9 @@ SUITES = [
         reference=TorchMultiheadAttention,
         solution=attention.MultiHeadAttention,
         call=run_mha,
+        arg_names=("d_model", "n_heads", "in_proj.weight", "in_proj.bias", "out_proj.weight",
+                   "out_proj.bias", "x_q", "x_kv", "attn_mask", "key_mask", "is_causal",
+                   "need_weights"),
         upstream=("split_heads", "merge_heads"),
         cases=MHA_CASES,
         hint="Project with in_proj (Q from x_q, K and V from x_kv), split into heads, "

@@ -1,7 +1,7 @@
 """The worker side of the batch grader: a fork server and the harness that runs student code.
 
-The grader starts this file as a script, ``python -I worker.py CONTROL_FD`` with a clean
-environment, never as ``coursekit.grading.worker``: the fork server (the *zygote*) must hold no
+The grader starts this file as a script, ``python -I sandbox_worker.py CONTROL_FD`` with a clean
+environment, never as ``coursekit.grading.sandbox_worker``: the fork server (the *zygote*) must hold no
 coursekit code, so it loads its two helpers (:mod:`protocol`, :mod:`sandbox`) by path, removes
 coursekit from ``sys.path`` and blocks its import. It imports torch once, then forks a worker per
 submission on request::
@@ -299,7 +299,9 @@ def _describe(err: BaseException) -> dict:
 
 
 class Harness:
-    """Serves the grader's requests in the confined worker."""
+    """Serves the grader's requests in the confined worker: the socket and its encoding, one
+    namespace per exercise cell, and the operations on the objects the cells define.
+    :class:`Upstreams` provides the stand-ins for upstream exercises."""
 
     def __init__(self, sock: socket.socket) -> None:
         import torch
@@ -307,12 +309,15 @@ class Harness:
         self.torch = torch
         self.sock = sock
         self.reader = sock.makefile("rb", buffering=0)
-        self.namespace: dict[str, Any] = {"__name__": "__submission__"}
-        exec(PRELUDE, self.namespace)
+        self.upstreams = Upstreams(self)
+        self.namespace = self.fresh_namespace({})  # cells sent without an exercise name
+        self.spaces: dict[str, dict[str, Any]] = {}  # one namespace per exercise cell
         self.handles: dict[int, Any] = {}
         self.counter = 0
         self.saved: dict[str, Any] = {}  # namespace entries replaced by upstream stubs
         self.added: list[str] = []  # stubs bound where the namespace had nothing
+        self.current: dict[str, Any] = self.namespace  # the namespace of the case running
+        self.after: list | None = None  # the arguments of the last call, after it
 
     # -- the socket
     def send(self, message: dict, blobs: list[bytes] = ()) -> None:
@@ -335,20 +340,35 @@ class Harness:
         return [key, name]
 
     def encode_reply(self, value: Any) -> tuple[dict, list[bytes]]:
-        encoder = protocol.Encoder(handle=self.keep)
+        encoder = protocol.Encoder(handle=self.keep, tuple_subclasses=True)
+        after, self.after = self.after, None
         try:
-            tree = encoder(value)
+            reply = {"op": "ok", "value": encoder(value)}
+            if after is not None:  # what the call did to its arguments, for the grader to judge
+                reply["after"] = {"l": [encoder(t) if protocol.is_plain_tensor(t) else None
+                                        for t in after]}
         except protocol.Unsendable as err:
             return {"op": "error", "type": "OutputTooLarge", "message": str(err)}, []
-        return {"op": "ok", "value": tree}, encoder.blobs
+        return reply, encoder.blobs
 
-    def decode(self, tree: Any, blobs: list) -> Any:
+    def decoder(self, blobs: list) -> Any:
         def resolve(ref: list) -> Any:
             if ref[0] not in self.handles:
                 raise protocol.ProtocolError(f"unknown handle {ref[0]}")
             return self.handles[ref[0]]
 
-        return protocol.Decoder(blobs, handle=resolve, parameters=True)(tree)
+        return protocol.Decoder(blobs, handle=resolve, parameters=True, layout=True)
+
+    def decode(self, tree: Any, blobs: list) -> Any:
+        return self.decoder(blobs)(tree)
+
+    def fresh_namespace(self, provided: dict) -> dict[str, Any]:
+        """The prelude, and stubs for the exercises the notebook imports from coursekit."""
+        namespace: dict[str, Any] = {"__name__": "__submission__"}
+        exec(PRELUDE, namespace)
+        for local, (name, kind) in provided.items():
+            namespace[str(local)] = self.upstreams.stub(str(name), kind)
+        return namespace
 
     # -- the loop
     def serve(self, facts: dict) -> None:
@@ -358,6 +378,7 @@ class Harness:
                 message, blobs = self.receive()
             except _Stop:
                 return
+            self.after = None
             op = message.get("op")
             method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
             try:
@@ -385,33 +406,42 @@ class Harness:
 
     # -- requests
     def op_exec(self, message: dict, blobs: list) -> None:
+        """Run a cell: in the namespace of its exercise (``space``), made fresh, or else in the
+        shared one."""
         code = compile(message["source"], message["filename"], "exec", dont_inherit=True)
-        exec(code, self.namespace)
+        space = message.get("space")
+        if isinstance(space, str):
+            namespace = self.spaces[space] = self.fresh_namespace(message.get("provided", {}))
+        else:
+            namespace = self.namespace
+        exec(code, namespace)
 
     def op_begin(self, message: dict, blobs: list) -> Any:
         """Start a case: fresh handles, a fixed seed, stubs for the upstream exercises."""
         for name in self.added:
-            self.namespace.pop(name, None)
-        self.namespace.update(self.saved)
+            self.current.pop(name, None)
+        self.current.update(self.saved)
         self.saved, self.added = {}, []
         self.handles.clear()
         self.torch.manual_seed(message.get("seed", 0))
-        for name, kind in message.get("upstream", {}).items():
-            if name in self.namespace:
-                self.saved[name] = self.namespace[name]
-            else:
-                self.added.append(name)
-            self.namespace[name] = (self.class_stub(name) if kind == "class"
-                                    else self.function_stub(name))
         name = message["name"]
-        if name not in self.namespace:
+        namespace = self.current = self.spaces.get(name, self.namespace)
+        for upstream, kind in message.get("upstream", {}).items():
+            if upstream in namespace:
+                self.saved[upstream] = namespace[upstream]
+            else:
+                self.added.append(upstream)
+            namespace[upstream] = self.upstreams.stub(upstream, kind)
+        if name not in namespace:
             raise NameError(f"name '{name}' is not defined")
-        return self.namespace[name]
+        return namespace[name]
 
     def op_call(self, message: dict, blobs: list) -> Any:
-        target = self.decode(message["target"], blobs)
-        args = self.decode(message.get("args", {"u": []}), blobs)
-        kwargs = self.decode(message.get("kwargs", {"d": []}), blobs)
+        decoder = self.decoder(blobs)
+        target = decoder(message["target"])
+        args = decoder(message.get("args", {"u": []}))
+        kwargs = decoder(message.get("kwargs", {"d": []}))
+        self.after = decoder.tensors  # sent back after the call, modified or not
         return target(*args, **kwargs)
 
     def op_getattr(self, message: dict, blobs: list) -> Any:
@@ -436,36 +466,50 @@ class Harness:
     def op_probe(self, message: dict, blobs: list) -> dict:
         return probe(message)
 
-    # -- upstream exercises: the grader computes the reference's result
+class Upstreams:
+    """Stand-ins for the exercises a cell may call but not define (its chapter's earlier
+    exercises, those the notebook imports from coursekit): each call asks the grader, over the
+    harness's socket, for the reference's result."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.torch = harness.torch
+
+    def stub(self, name: str, kind: str):
+        return self.class_stub(name) if kind == "class" else self.function_stub(name)
+
     def upstream(self, request: dict, args: tuple, kwargs: dict, state: dict | None = None):
-        encoder = protocol.Encoder(plain_subclasses=True)
+        """The reference's result, computed by the grader, laid out in memory as the book's
+        function lays it out (a view of an argument where it returns a view)."""
+        encoder = protocol.Encoder(plain_subclasses=True, layout=True)
         try:
             body = {"args": encoder(tuple(args)), "kwargs": encoder(dict(kwargs)),
                     "state": encoder(state or {})}
         except protocol.Unsendable as err:
             raise TypeError(f"{request['name']} (the reference substituted for your earlier "
                             f"exercise) accepts only tensors and numbers here: {err}") from None
-        self.send({"op": "upstream", **request, **body,
-                   "grad": self.torch.is_grad_enabled()}, encoder.blobs)
-        reply, blobs = self.receive()
+        self.harness.send({"op": "upstream", **request, **body,
+                           "grad": self.torch.is_grad_enabled()}, encoder.blobs)
+        reply, blobs = self.harness.receive()
         if reply.get("op") == "upstream_ok":
-            return protocol.Decoder(blobs)(reply["value"])
+            return protocol.Decoder(blobs, views=(encoder.sources, encoder.exact))(
+                reply["value"])
         builtin = getattr(builtins, str(reply.get("type")), None)
         kind = builtin if isinstance(builtin, type) and issubclass(builtin, Exception) \
             else RuntimeError
         raise kind(f"{reply.get('message', '')} (in the reference {request['name']})")
 
     def function_stub(self, name: str):
-        harness = self
+        upstreams = self
 
         def stub(*args, **kwargs):
-            return harness.upstream({"kind": "call", "name": name}, args, kwargs)
+            return upstreams.upstream({"kind": "call", "name": name}, args, kwargs)
 
         stub.__name__ = stub.__qualname__ = name
         return stub
 
     def class_stub(self, name: str):
-        harness, nn = self, self.torch.nn
+        upstreams, nn = self, self.torch.nn
 
         def place(module, path: str, value, buffer: bool) -> None:
             *parents, leaf = path.split(".")
@@ -481,7 +525,7 @@ class Harness:
         class Stub(nn.Module):
             def __init__(self, *args, **kwargs):
                 super().__init__()
-                made = harness.upstream({"kind": "new", "name": name}, args, kwargs)
+                made = upstreams.upstream({"kind": "new", "name": name}, args, kwargs)
                 self._ck_key = made["key"]
                 for path, value in made["parameters"].items():
                     place(self, path, nn.Parameter(value, value.is_floating_point()), False)
@@ -490,7 +534,7 @@ class Harness:
 
             def forward(self, *args, **kwargs):
                 state = {k: v.detach() for k, v in self.state_dict().items()}
-                return harness.upstream({"kind": "forward", "name": name, "key": self._ck_key,
+                return upstreams.upstream({"kind": "forward", "name": name, "key": self._ck_key,
                                          "training": self.training}, args, kwargs, state)
 
         Stub.__name__ = Stub.__qualname__ = name

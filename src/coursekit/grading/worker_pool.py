@@ -1,7 +1,8 @@
 """The grader's side of its worker processes: limits, the fork server, one worker's pipes.
 
-:class:`Zygote` starts ``worker.py`` (a fork server that imports torch once) and asks it for a
-fresh confined worker per submission; :class:`WorkerProcess` is the grader's end of one worker:
+:class:`Zygote` starts ``sandbox_worker.py`` (a fork server that imports torch once) and asks it
+for a fresh confined worker per submission; :class:`WorkerProcess` is the grader's end of one
+worker:
 its socket (frames, see :mod:`protocol`), the pipe its output goes to, and its keeper's pipes
 (the keeper reports the worker's PID, exit status and peak memory, and kills it on request).
 Every read and write has a deadline, output is capped, and a worker that dies is explained
@@ -28,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.grading import protocol
-from coursekit.grading.worker import recv_json, send_json
+from coursekit.grading.sandbox_worker import recv_json, send_json
 
-WORKER = Path(__file__).with_name("worker.py")
+WORKER = Path(__file__).with_name("sandbox_worker.py")
 
 
 def clean(text: Any, limit: int = 500) -> str:
@@ -131,7 +132,9 @@ class Output:
 class WorkerProcess:
     """The grader's end of one sandboxed worker: its socket, output pipe and keeper pipes."""
 
-    def __init__(self, fds: list[int], limits: Limits, output: Output) -> None:
+    def __init__(self, fds: list[int], limits: Limits, output: Output,
+                 stop_fd: int | None = None) -> None:
+        self.stop_fd = stop_fd  # readable when the batch is interrupted: stop waiting at once
         self.sock = socket.socket(fileno=fds[0])
         self.sock.setblocking(False)
         self.info, self.kill_w, self.out = fds[1], fds[2], fds[3]
@@ -146,6 +149,31 @@ class WorkerProcess:
         self.status: int | None = None
         self.maxrss_kib: int | None = None
         self.closed = False
+
+    def _stopped(self, ready: list) -> None:
+        if self.stop_fd is not None and self.stop_fd in ready:
+            self.kill()
+            raise WorkerLost("was stopped: the grading was interrupted", "stopped")
+
+    def _waitables(self, *fds: int) -> list[int]:
+        return [*fds, *([self.stop_fd] if self.stop_fd is not None else [])]
+
+    def identity(self, wait: float = 2.0) -> tuple[int, int] | None:
+        """(pid, start time in clock ticks): names this worker process uniquely on the machine,
+        for as long as it lives (a pid alone can be reused)."""
+        end = time.monotonic() + wait
+        while self.pid is None and self.status is None and time.monotonic() < end:
+            ready, _, _ = select.select(self._waitables(self.info), [], [], 0.05)
+            if self.stop_fd in ready:
+                break
+            self._drain_info()
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return self.pid, int(f.read().rsplit(")", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            return None
 
     # -- reading the keeper and the output pipe
     def _drain_info(self) -> None:
@@ -189,7 +217,9 @@ class WorkerProcess:
         """The socket closed: wait briefly for the keeper's status and explain."""
         end = time.monotonic() + 5
         while self.status is None and time.monotonic() < end:
-            select.select([self.info], [], [], 0.1)
+            ready, _, _ = select.select(self._waitables(self.info), [], [], 0.1)
+            if self.stop_fd in ready:
+                break  # interrupted: the status is not worth waiting for
             self._drain_info()
         try:
             self._drain_output()
@@ -220,7 +250,8 @@ class WorkerProcess:
             if remaining <= 0:
                 self.kill()
                 raise WorkerLost("stopped reading its requests (timed out)", "timeout")
-            select.select([self.out], [self.sock], [], remaining)
+            ready, _, _ = select.select(self._waitables(self.out), [self.sock], [], remaining)
+            self._stopped(ready)
             self._drain_output()
 
     def receive(self, deadline: float, timeout_reason: str) -> tuple[dict, list]:
@@ -237,7 +268,9 @@ class WorkerProcess:
             if remaining <= 0:
                 self.kill()
                 raise WorkerLost(timeout_reason, "timeout")
-            ready, _, _ = select.select([self.sock, self.out, self.info], [], [], remaining)
+            ready, _, _ = select.select(self._waitables(self.sock, self.out, self.info), [], [],
+                                        remaining)
+            self._stopped(ready)
             if self.info in ready:
                 self._drain_info()
             if self.sock in ready:
@@ -265,7 +298,9 @@ class WorkerProcess:
         self.kill()
         end = time.monotonic() + 1
         while self.status is None and time.monotonic() < end:
-            select.select([self.info], [], [], 0.05)
+            ready, _, _ = select.select(self._waitables(self.info), [], [], 0.05)
+            if self.stop_fd in ready:
+                break
             self._drain_info()
         for close in (self.sock.close, lambda: os.close(self.info),
                       lambda: os.close(self.kill_w), lambda: os.close(self.out)):
@@ -317,8 +352,14 @@ class Zygote:
             self.ready = message
         return self.ready
 
-    def spawn(self, uid: int | None, limits: Limits, output: Output) -> tuple[WorkerProcess, dict]:
-        """A fresh confined worker, and the facts it reported once confined."""
+    def spawn(self, uid: int | None, limits: Limits, output: Output, stop_fd: int | None = None,
+              started=None) -> tuple[WorkerProcess, dict]:
+        """A fresh confined worker, and the facts it reported once confined.
+
+        ``started(worker)`` is called as soon as the worker exists, before it is confined and
+        says hello (which can take seconds on a busy machine), so that it can be stopped while it
+        starts; ``stop_fd`` becoming readable ends every wait on it at once.
+        """
         self.wait_ready()
         with self.lock:
             send_json(self.sock, {"op": "spawn", "uid": uid, "limits": limits.worker(),
@@ -326,23 +367,28 @@ class Zygote:
             message, fds = recv_json(self.sock, max_fds=4)
         if message is None or len(fds) != 4:
             raise HarnessError("the worker fork server stopped")
-        worker = WorkerProcess(fds, limits, output)
+        worker = WorkerProcess(fds, limits, output, stop_fd)
+        if started is not None:
+            started(worker)
         try:
             hello, _ = worker.receive(time.monotonic() + 60, "did not start within 60 s")
         except WorkerLost as lost:
+            worker.close()
+            if lost.kind == "stopped":
+                raise
             raise HarnessError(f"a worker could not start: it {lost.reason}") from None
         if hello.get("op") != "hello":
             worker.close()
             raise HarnessError("a worker did not say hello")
         return worker, hello.get("facts", {})
 
-    def close(self) -> None:
+    def close(self, wait: float = 10) -> None:
         try:
             self.sock.close()
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
