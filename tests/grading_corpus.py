@@ -440,6 +440,7 @@ MASKS = '''        n_q, n_k = scores.shape[-2:]
             allowed = allowed & key_mask[:, None, None, :]
 '''
 TAIL = '''        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        weights = weights.nan_to_num(0.0)
         return self.out_proj(merge_heads(weights @ v)), weights
 '''
 
@@ -471,6 +472,11 @@ X = [
         "allowed = allowed.tril(diagonal=n_k - n_q)", "pass")]), mutant="causal mask missing"),
     bug("MultiHeadAttention", "causal triu", mha(replace=[(
         "allowed.tril(diagonal=n_k - n_q)", "allowed.triu()")]), mutant="causal mask transposed"),
+    bug("MultiHeadAttention", "causal tril() without the offset", mha(replace=[(
+        "allowed.tril(diagonal=n_k - n_q)", "allowed.tril()")]),
+        mutant="causal mask aligned top-left"),
+    bug("MultiHeadAttention", "NaN for a query with no allowed key", mha(replace=[(
+        "        weights = weights.nan_to_num(0.0)\n", "")]), expect="never NaN", kind="mask"),
     bug("MultiHeadAttention", "x_kv ignored", mha(replace=[(
         "x_kv = x_q if x_kv is None else x_kv", "x_kv = x_q")]), mutant="x_kv ignored"),
     bug("MultiHeadAttention", "each mask replaces the previous one", mha(replace=[
@@ -495,7 +501,7 @@ X = [
         init="        self.register_buffer('bias', torch.ones(64, 64, dtype=torch.bool).tril()"
              ".view(1, 1, 64, 64))\n",
         replace=[("allowed = allowed.tril(diagonal=n_k - n_q)",
-                  "allowed = allowed & self.bias[0, 0, :n_q, :n_k]")]), kind="buffer"),
+                  "allowed = allowed & self.bias[0, 0, n_k - n_q:n_k, :n_k]")]), kind="buffer"),
     alt("MultiHeadAttention", "reshape on split_heads' output", mha(replace=[(
         SCORES, "        B = q.shape[0]\n        qf = q.reshape(B * H, q.shape[2], -1)\n"
                 "        kf = k.reshape(B * H, k.shape[2], -1)\n"

@@ -9,21 +9,21 @@ from coursekit import rnn
 from coursekit.grading.suite import Case, Mutant, Suite
 
 
-def _weights(g: torch.Generator, gates: int, B: int, I: int, H: int, state: bool):
-    x = torch.randn(B, I, generator=g)
-    h = torch.randn(B, H, generator=g) * 0.5
-    c = torch.randn(B, H, generator=g) * 0.5
+def _weights(g: torch.Generator, gates: int, B: int, D: int, d_h: int, state: bool):
+    x = torch.randn(B, D, generator=g)
+    h = torch.randn(B, d_h, generator=g) * 0.5
+    c = torch.randn(B, d_h, generator=g) * 0.5
     params = [torch.randn(*shape, generator=g) * 0.5
-              for shape in [(gates * H, I), (gates * H, H), (gates * H,), (gates * H,)]]
+              for shape in [(gates * d_h, D), (gates * d_h, d_h), (gates * d_h,), (gates * d_h,)]]
     return (x, (h, c), *params) if state else (x, h, *params)
 
 
-def _rnn_case(B, I, H):
-    return lambda g: _weights(g, 1, B, I, H, state=False)
+def _rnn_case(B, D, d_h):
+    return lambda g: _weights(g, 1, B, D, d_h, state=False)
 
 
-def _lstm_case(B, I, H):
-    return lambda g: _weights(g, 4, B, I, H, state=True)
+def _lstm_case(B, D, d_h):
+    return lambda g: _weights(g, 4, B, D, d_h, state=True)
 
 
 # The references are torch.nn's own cells loaded with the case's weights: the authority decides.
@@ -69,17 +69,18 @@ def _lstm(order: str = "ifgo", gate_act=torch.sigmoid, carry: bool = True, cell_
 
 
 RNN_CASES = [
-    Case("one step, batch 1 (I=3, H=3)", _rnn_case(1, 3, 3)),
-    Case("batch 4, I=5 ≠ H=7", _rnn_case(4, 5, 7),
-         hint="With I ≠ H the weight shapes matter: W_ih is (H, I), so the input term is x @ W_ih.T."),
-    Case("batch 8, I=16, H=32", _rnn_case(8, 16, 32)),
+    Case("one step, batch 1 (D=3, d_h=3)", _rnn_case(1, 3, 3)),
+    Case("batch 4, D=5 ≠ d_h=7", _rnn_case(4, 5, 7),
+         hint="With D ≠ d_h the weight shapes matter: W_ih is (d_h, D), so the input term is x @ W_ih.T."),
+    Case("batch 8, D=16, d_h=32", _rnn_case(8, 16, 32)),
 ]
 
 LSTM_CASES = [
-    Case("one step, batch 1 (I=3, H=2)", _lstm_case(1, 3, 2)),
-    Case("batch 4, I=5 ≠ H=7", _lstm_case(4, 5, 7),
-         hint="W_ih is (4H, I): the input term is x @ W_ih.T, then split the 4H columns into gates."),
-    Case("batch 8, I=16, H=32", _lstm_case(8, 16, 32)),
+    Case("one step, batch 1 (D=3, d_h=2)", _lstm_case(1, 3, 2)),
+    Case("batch 4, D=5 ≠ d_h=7", _lstm_case(4, 5, 7),
+         hint="W_ih is (4 d_h, D): the input term is x @ W_ih.T, then split the 4 d_h columns into "
+              "the gates and the candidate."),
+    Case("batch 8, D=16, d_h=32", _lstm_case(8, 16, 32)),
 ]
 
 SUITES = [
@@ -109,7 +110,7 @@ SUITES = [
         reference=torch_lstm_cell,
         solution=rnn.lstm_cell,
         cases=LSTM_CASES,
-        hint="Split the 4H pre-activations into i, f, g, o (in that order), then "
+        hint="Split the 4 d_h pre-activations into i, f, g, o (in that order), then "
              "c' = σ(f)·c + σ(i)·tanh(g) and h' = σ(o)·tanh(c').",
         mutants=[
             Mutant("gate order i,f,o,g", _lstm(order="ifog"),

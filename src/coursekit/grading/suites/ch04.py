@@ -83,17 +83,23 @@ class TorchMultiheadAttention(nn.Module):
     The exercise's masks are True where attention is allowed; nn.MultiheadAttention's are True
     where it is blocked, so they are inverted here. ``load_state_dict`` takes the exercise's
     parameter names (``in_proj.weight``, ...) and maps them to torch's (``in_proj_weight``, ...).
+
+    A query with no allowed key gets NaN from ``nn.MultiheadAttention`` and zero weights by the
+    book's rule (as in ``F.scaled_dot_product_attention``): there coursekit's layer, tested
+    against this authority in tests/test_ch04_mha.py, gives the expected values.
     """
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.book = attention.MultiHeadAttention(d_model, n_heads)
 
     def load_state_dict(self, state, strict=True, assign=False):
         renamed = {"in_proj_weight": state["in_proj.weight"], "in_proj_bias": state["in_proj.bias"],
                    "out_proj.weight": state["out_proj.weight"],
                    "out_proj.bias": state["out_proj.bias"]}
+        self.book.load_state_dict(state, strict=strict, assign=assign)
         return self.mha.load_state_dict(renamed, strict=strict, assign=assign)
 
     def forward(self, x_q, x_kv=None, attn_mask=None, key_mask=None, is_causal=False,
@@ -106,9 +112,13 @@ class TorchMultiheadAttention(nn.Module):
             blocked = future if blocked is None else blocked | future
         if blocked is not None and blocked.dim() == 4:  # torch wants (B·H, N_q, N_k)
             blocked = blocked.expand(B, self.n_heads, N_q, N_k).reshape(-1, N_q, N_k)
-        return self.mha(x_q, x_kv, x_kv, attn_mask=blocked,
-                        key_padding_mask=None if key_mask is None else ~key_mask,
-                        need_weights=need_weights, average_attn_weights=False)
+        out = self.mha(x_q, x_kv, x_kv, attn_mask=blocked,
+                       key_padding_mask=None if key_mask is None else ~key_mask,
+                       need_weights=need_weights, average_attn_weights=False)
+        if torch.isnan(out[0]).any():  # a query with no allowed key: zeros, not NaN
+            return self.book(x_q, None if x_kv is x_q else x_kv, attn_mask=attn_mask,
+                             key_mask=key_mask, is_causal=is_causal, need_weights=True)
+        return out
 
 
 def run_mha(cls, args):
@@ -192,9 +202,12 @@ def _mha_variant(*, split=True, scale="d_head", softmax_dim=-1, key_mask_ok=True
                 keys = key_mask if key_mask_ok else ~key_mask
                 allowed = allowed & keys[:, None, None, :]
             if is_causal and causal:
-                ones = torch.ones(scores.shape[-2:], dtype=torch.bool)
-                allowed = allowed & (ones.tril() if causal == "tril" else ones.triu())
+                n_q, n_k = scores.shape[-2:]
+                ones = torch.ones(n_q, n_k, dtype=torch.bool)
+                allowed = allowed & (ones.tril(n_k - n_q) if causal == "tril"
+                                     else ones.tril() if causal == "top-left" else ones.triu())
             weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=softmax_dim)
+            weights = weights.nan_to_num(0.0)  # one bug per variant: fully masked rows are right
             out = attention.merge_heads(weights @ v)
             return (self.out_proj(out) if out_proj else out), weights
 
@@ -223,6 +236,12 @@ MHA_CASES = [
          hint="key_mask (B, N_k) is True at real tokens: broadcast it as (B, 1, 1, N_k)."),
     Case("causal self-attention", _mha_case(16, 4, B=2, N_q=6, causal=True),
          hint="With is_causal, query i may attend to keys j <= i only."),
+    Case("causal, 3 new queries after 3 cached keys", _mha_case(16, 4, B=2, N_q=3, N_k=6,
+                                                               causal=True),
+         hint="With fewer queries than keys (generation with a cache), the queries are the last "
+              "N_q positions: query i sits at position i + N_k - N_q and sees keys "
+              "j <= i + N_k - N_q, as causal_mask(N_q, N_k) builds it. A bare .tril() aligns "
+              "to the top left (like F.scaled_dot_product_attention(is_causal=True))."),
     Case("attn_mask (True = may attend)", _mha_case(16, 4, B=2, N_q=5, attn_mask=True),
          hint="attn_mask is True where attention is allowed; fill the rest with -inf."),
     Case("attn_mask (B, H, N_q, N_k)",
@@ -238,6 +257,11 @@ MHA_CASES = [
          _mha_case(16, 2, B=3, N_q=6, key_lengths=[6, 4, 2], causal=True),
          hint="is_causal and key_mask together: a key is allowed only where both allow it. "
               "Combine the masks with &."),
+    Case("a sequence whose keys are all padding", _mha_case(16, 2, B=2, N_q=4, N_k=5,
+                                                             key_lengths=[5, 0]),
+         hint="A query with no allowed key gets zero weights (so its heads output zeros and the "
+              "layer returns out_proj's bias), never NaN: the book's masked softmax, as in "
+              "Chapters 2 and 3."),
     Case("cross-attention + padding, weights returned",
          _mha_case(16, 4, B=2, N_q=3, N_k=5, key_lengths=[3, 4], need_weights=True),
          hint="Return (output, weights) with weights of shape (B, H, N_q, N_k), one map per head."),
@@ -322,11 +346,17 @@ SUITES = [
                    "Your attn_mask is inverted: in this book, as in F.scaled_dot_product_attention, "
                    "a boolean mask is True where attention is allowed."),
             Mutant("causal mask missing", _mha_variant(causal=None),
-                   "is_causal=True is ignored: query i must not see keys j > i. Combine a "
-                   "lower-triangular mask torch.ones(N_q, N_k).tril() with the others."),
+                   "is_causal=True is ignored: query i must not see later keys. Combine "
+                   "causal_mask(N_q, N_k) (torch.ones(N_q, N_k).tril(N_k - N_q)) with the "
+                   "others."),
             Mutant("causal mask transposed", _mha_variant(causal="triu"),
                    "Your causal mask is upper-triangular, so each query sees the future and not "
-                   "the past. Keys j <= i are allowed: use .tril(), not .triu()."),
+                   "the past. Keys j <= i are allowed: a lower triangle, "
+                   "torch.ones(N_q, N_k).tril(N_k - N_q), not .triu()."),
+            Mutant("causal mask aligned top-left", _mha_variant(causal="top-left"),
+                   "Your causal mask is aligned to the top left: with fewer queries than keys, "
+                   "query i is the token at position i + N_k - N_q and may see every key up to "
+                   "there. Use causal_mask(N_q, N_k), i.e. .tril(N_k - N_q), not .tril()."),
             Mutant("x_kv ignored", _mha_variant(use_kv=False),
                    "In cross-attention the keys and values come from x_kv (the other sequence); "
                    "only the queries come from x_q."),
