@@ -652,8 +652,14 @@ def test_upstream_requests_are_bounded_by_the_case_inputs():
 
 # ----------------------------------------------------------------------------- the book itself
 
-EDITIONS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted(
-    (ROOT / "notebooks").glob("*.ipynb"))
+def _has_exercises(path: Path) -> bool:
+    """A chapter's later notebooks may hold no exercise (02b_..., 06b_...): nothing to grade."""
+    return any("exercise" in c.metadata.get("tags", [])
+               for c in nbformat.read(path, as_version=4).cells)
+
+
+EDITIONS = [p for p in sorted((ROOT / "solutions").glob("*.ipynb"))
+            + sorted((ROOT / "notebooks").glob("*.ipynb")) if _has_exercises(p)]
 
 
 @pytest.mark.skipif(not EDITIONS, reason="no chapter notebooks yet")

@@ -42,7 +42,12 @@ ALTERNATIVES = [v for v in VARIANTS if not v.bug]
 
 
 def _notebook(edition: str, chapter: str) -> Path:
-    return next((ROOT / edition).glob(f"{chapter}_*.ipynb"))
+    """The chapter's notebook that holds its exercises (02a_..., not 02b_...)."""
+    for path in sorted((ROOT / edition).glob(f"{chapter}*_*.ipynb")):
+        if any(ex.exercise.startswith(f"{chapter}.")
+               for ex in exercises(nbformat.read(path, as_version=4))):
+            return path
+    raise FileNotFoundError(f"no notebook of chapter {chapter} in {edition}/ holds its exercises")
 
 
 @cache

@@ -413,5 +413,7 @@ def plan(parsed: Parsed, exercises: list[tuple[str, str]]) -> tuple[dict[str, Ex
 
 
 def chapter_from_filename(filename: str) -> str | None:
-    match = re.match(r"(\d\d)_", filename)
+    """``"03"`` for ``03_self_attention.ipynb``, and for a chapter's later notebooks such as
+    ``06b_encoder_decoder.ipynb``."""
+    match = re.match(r"(\d\d)[a-z]?_", filename)
     return match.group(1) if match else None
