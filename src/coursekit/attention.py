@@ -4,12 +4,16 @@ Conventions used throughout the book:
 - a boolean mask is True where attention is *allowed* (the convention of
   ``F.scaled_dot_product_attention``'s boolean ``attn_mask``); it broadcasts to the scores;
 - a row in which every position is masked gets all-zero weights, never NaN and never uniform;
-- masked scores are filled with -inf, not a large negative number that still leaks weight.
+- masked scores are filled with -inf, not a large negative number that still leaks weight;
+- a positional scheme (Chapter 5, ``coursekit.positional``) enters through two optional hooks of
+  the same attention: a float ``bias`` added to the scaled scores (T5, ALiBi) and a transform of
+  the per-head queries and keys (RoPE).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -96,14 +100,18 @@ class AdditiveAttention(nn.Module):
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """softmax(QKᵀ/√d_k) V, returning the weights too (the explicit, teaching path).
+    """softmax(QKᵀ/√d_k + B) V, returning the weights too (the explicit, teaching path).
 
     q: (..., N_q, d_k), k: (..., N_k, d_k), v: (..., N_k, d_v), mask: bool broadcastable to
-    (..., N_q, N_k) -> output (..., N_q, d_v), weights (..., N_q, N_k).
+    (..., N_q, N_k); bias B: float broadcastable to (..., N_q, N_k), a positional score bias
+    (T5, ALiBi), the same as a float ``attn_mask`` of ``F.scaled_dot_product_attention``
+    -> output (..., N_q, d_v), weights (..., N_q, N_k).
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N_q, N_k)
+    if bias is not None:
+        scores = scores + bias
     weights = masked_softmax(scores, mask)
     return weights @ v, weights
 
@@ -181,15 +189,21 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        attn_bias: Tensor | None = None,
+        qk_transform: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x_q: (B, N_q, d_model); x_kv: (B, N_k, d_model), or None for self-attention.
 
         attn_mask: bool (N_q, N_k) or (B, H|1, N_q, N_k), True = may attend; key_mask: bool
         (B, N_k), True = a real token (False = padding); is_causal adds the causal mask (aligned
-        to the last keys when a ``cache`` holds earlier positions).
+        to the last keys when a ``cache`` holds earlier positions). attn_bias: float, broadcastable
+        to (B, H, N_q, N_k), added to the scaled scores; qk_transform(q, k) -> (q, k) acts on the
+        per-head (B, H, N, d_head) queries and keys before the cache (Chapter 5's positions).
         -> output (B, N_q, d_model), weights (B, H, N_q, N_k) or None.
         """
         q, k, v = (split_heads(t, self.n_heads) for t in self.project(x_q, x_kv))
+        if qk_transform is not None:  # e.g. RoPE: keys are cached already rotated
+            q, k = qk_transform(q, k)
         if cache is not None:  # generation: the new queries see every key so far
             k, v = cache.append(k, v)
         mask = attn_mask
@@ -199,11 +213,13 @@ class MultiHeadAttention(nn.Module):
             causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
             mask = causal if mask is None else mask & causal
         if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, bias=attn_bias)
             if self.training and self.dropout:
                 raise ValueError("need_weights=True is for inspection: call it in eval mode")
         else:
             dropout = self.dropout if self.training else 0.0
+            if attn_bias is not None:  # one float mask: the bias, and -inf where not allowed
+                mask = attn_bias if mask is None else torch.where(mask, attn_bias, float("-inf"))
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         return self.out_proj(merge_heads(out)), weights
 

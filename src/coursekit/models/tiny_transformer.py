@@ -5,18 +5,23 @@ Pre-norm blocks (LayerNorm before each sub-layer, as in GPT-2)::
     x = x + MHA(LN(x))        # coursekit.attention.MultiHeadAttention
     x = x + MLP(LN(x))        # Linear -> GELU -> Linear
 
-Tokens get a learned embedding plus a learned absolute position embedding (Chapter 5 compares
-the ways of telling a transformer where a token is). With ``causal=True`` it is a GPT-style
+Tokens get a learned embedding; positions come from ``positional`` (Chapter 5): a learned
+absolute table by default, or any scheme of :mod:`coursekit.positional` by name ("none",
+"sinusoidal", "learned", "t5", "rope", "alibi"), which acts on the embeddings, on the scores or
+on the queries and keys of every block. With ``causal=True`` it is a GPT-style
 next-token model; with ``causal=False`` the same stack is a BERT-style encoder.
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
+from functools import partial
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from coursekit.attention import KVCache, MultiHeadAttention
+from coursekit.positional import positional_encoding
 
 
 class Block(nn.Module):
@@ -31,17 +36,25 @@ class Block(nn.Module):
                                  nn.Dropout(dropout))
 
     def forward(self, x: Tensor, key_mask: Tensor | None = None, is_causal: bool = True,
-                need_weights: bool = False, cache: KVCache | None = None
+                need_weights: bool = False, cache: KVCache | None = None,
+                attn_bias: Tensor | None = None,
+                qk_transform: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
                 ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, N, d_model) -> (B, N, d_model), weights (B, H, N, N) or None."""
+        """x: (B, N, d_model) -> (B, N, d_model), weights (B, H, N, N) or None.
+
+        attn_bias and qk_transform are the positional hooks of ``MultiHeadAttention``."""
         a, weights = self.attn(self.ln1(x), key_mask=key_mask, is_causal=is_causal,
-                               need_weights=need_weights, cache=cache)
+                               need_weights=need_weights, cache=cache, attn_bias=attn_bias,
+                               qk_transform=qk_transform)
         x = x + a
         return x + self.mlp(self.ln2(x)), weights
 
 
 class TinyTransformer(nn.Module):
-    """Token + position embeddings, ``n_layers`` pre-norm blocks, final LayerNorm, vocabulary head.
+    """Token embeddings, positions, ``n_layers`` pre-norm blocks, final LayerNorm, vocabulary head.
+
+    ``positional`` names the scheme (:data:`coursekit.positional.KINDS`); ``max_len`` sizes the
+    learned table, the only scheme with a largest position.
 
     forward(ids) -> logits (B, N, vocab_size) and, with ``need_weights=True``, the attention
     weights of every layer: a list of ``n_layers`` tensors (B, H, N, N).
@@ -49,11 +62,11 @@ class TinyTransformer(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 64, causal: bool = True,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, positional: str = "learned") -> None:
         super().__init__()
         self.causal, self.max_len = causal, max_len
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
+        self.pos = positional_encoding(positional, d_model, n_heads, max_len, causal)
         self.blocks = nn.ModuleList(
             Block(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
@@ -68,14 +81,14 @@ class TinyTransformer(nn.Module):
         of earlier positions during generation: ``ids`` are then only the new tokens.
         """
         start = len(caches[0]) if caches else 0
-        N = ids.shape[1]
-        if start + N > self.max_len:
-            raise ValueError(f"sequence of {start + N} tokens is longer than max_len={self.max_len}")
-        x = self.tok(ids) + self.pos(torch.arange(start, start + N, device=ids.device))
+        x = self.pos.embed(self.tok(ids), start)  # absolute schemes add their vectors here
+        bias = self.pos.score_bias(ids.shape[1], start + ids.shape[1])  # T5, ALiBi; else None
+        rotate = partial(self.pos.rotate, start=start)  # RoPE; else the identity
         attentions = []
         for i, block in enumerate(self.blocks):
             x, weights = block(x, key_mask=key_mask, is_causal=self.causal,
-                               need_weights=need_weights, cache=caches[i] if caches else None)
+                               need_weights=need_weights, cache=caches[i] if caches else None,
+                               attn_bias=bias, qk_transform=rotate)
             attentions.append(weights)
         return self.head(self.ln_f(x)), attentions if need_weights else None
 
