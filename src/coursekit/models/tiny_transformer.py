@@ -1,9 +1,10 @@
 """A tiny transformer language model whose attention can be inspected, head by head.
 
-Pre-norm blocks (LayerNorm before each sub-layer, as in GPT-2)::
+Pre-norm blocks (LayerNorm before each sub-layer, as in GPT-2), the book's one block,
+``coursekit.transformer.EncoderBlock(norm_first=True, activation="gelu")`` (Chapter 6)::
 
     x = x + MHA(LN(x))        # coursekit.attention.MultiHeadAttention
-    x = x + MLP(LN(x))        # Linear -> GELU -> Linear
+    x = x + FFN(LN(x))        # Linear -> GELU -> Linear; causal self-attention makes it GPT's block
 
 Tokens get a learned embedding; positions come from ``positional`` (Chapter 5): a learned
 absolute table by default, or any scheme of :mod:`coursekit.positional` by name ("none",
@@ -14,40 +15,14 @@ next-token model; with ``causal=False`` the same stack is a BERT-style encoder.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursekit.attention import KVCache, MultiHeadAttention
+from coursekit.attention import KVCache
 from coursekit.positional import positional_encoding
-
-
-class Block(nn.Module):
-    """One pre-norm transformer block: multi-head self-attention, then a position-wise MLP."""
-
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model),
-                                 nn.Dropout(dropout))
-
-    def forward(self, x: Tensor, key_mask: Tensor | None = None, is_causal: bool = True,
-                need_weights: bool = False, cache: KVCache | None = None,
-                attn_bias: Tensor | None = None,
-                qk_transform: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None,
-                ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, N, d_model) -> (B, N, d_model), weights (B, H, N, N) or None.
-
-        attn_bias and qk_transform are the positional hooks of ``MultiHeadAttention``."""
-        a, weights = self.attn(self.ln1(x), key_mask=key_mask, is_causal=is_causal,
-                               need_weights=need_weights, cache=cache, attn_bias=attn_bias,
-                               qk_transform=qk_transform)
-        x = x + a
-        return x + self.mlp(self.ln2(x)), weights
+from coursekit.transformer import EncoderBlock, LayerNorm
 
 
 class TinyTransformer(nn.Module):
@@ -68,8 +43,9 @@ class TinyTransformer(nn.Module):
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = positional_encoding(positional, d_model, n_heads, max_len, causal)
         self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model)
+            EncoderBlock(d_model, n_heads, d_ff or 4 * d_model, dropout, activation="gelu",
+                         norm_first=True) for _ in range(n_layers))
+        self.ln_f = LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
 
     def forward(self, ids: Tensor, key_mask: Tensor | None = None, need_weights: bool = False,
