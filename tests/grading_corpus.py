@@ -180,7 +180,7 @@ S = [
         "    mask = mask.view(scores.shape)\n"
         "    return torch.softmax(scores.masked_fill(~mask, float('-inf')), -1).nan_to_num(0.0)\n",
         expect="broadcasts", kind="mask"),
-    bug("masked_softmax", "(B, T) masks only", SM + SM_NONE +
+    bug("masked_softmax", "(B, N) masks only", SM + SM_NONE +
         "    if scores.dim() == 3:\n        mask = mask[:, None, :]\n"
         "    return torch.softmax(scores.masked_fill(~mask, float('-inf')), -1).nan_to_num(0.0)\n",
         expect=("broadcasts", "full shape"), kind="mask"),

@@ -30,10 +30,10 @@ def torch_additive_score(s, h, W, U, v):
     return v_a(torch.tanh(W_s(s)[:, None, :] + U_h(h))).squeeze(-1)
 
 
-def _score_case(B, T, d_s, d_h, d_a):
+def _score_case(B, N, d_s, d_h, d_a):
     def make(g):
         s = torch.randn(B, d_s, generator=g)
-        h = torch.randn(B, T, d_h, generator=g)
+        h = torch.randn(B, N, d_h, generator=g)
         W = torch.randn(d_a, d_s, generator=g) * 0.5
         U = torch.randn(d_a, d_h, generator=g) * 0.5
         v = torch.randn(d_a, generator=g)
@@ -51,7 +51,7 @@ def _score_swapped(s, h, W, U, v):
 
 
 def _score_not_broadcast(s, h, W, U, v):
-    return torch.tanh(s @ W.T + h @ U.T) @ v  # (B, d_a) meets (B, T, d_a): aligns B with T
+    return torch.tanh(s @ W.T + h @ U.T) @ v  # (B, d_a) meets (B, N, d_a): aligns B with N
 
 
 def _score_no_v(s, h, W, U, v):
@@ -78,20 +78,20 @@ def torch_masked_softmax(scores, mask=None):
     return out.view_as(scores)
 
 
-def _lengths_mask(lengths, T):
-    return torch.arange(T) < torch.tensor(lengths)[:, None]
+def _lengths_mask(lengths, N):
+    return torch.arange(N) < torch.tensor(lengths)[:, None]
 
 
 def _softmax_case(shape, lengths, scale=2.0, offset=0.0, broadcast=False):
-    """Scores of ``shape`` (B, ..., T); the mask lets each example see its first lengths[b] keys."""
+    """Scores of ``shape`` (B, ..., N); the mask lets each example see its first lengths[b] keys."""
 
     def make(g):
         scores = torch.randn(*shape, generator=g) * scale + offset
         if lengths is None:
             return scores, None
-        mask = _lengths_mask(lengths, shape[-1])  # (B, T)
+        mask = _lengths_mask(lengths, shape[-1])  # (B, N)
         if broadcast:
-            return scores, mask[:, None, :]  # (B, 1, T): the same keys for every query
+            return scores, mask[:, None, :]  # (B, 1, N): the same keys for every query
         return scores, mask
 
     return make
@@ -150,12 +150,12 @@ def torch_context_vector(weights, h):
     return (weights[:, :, None] * h).sum(dim=1)
 
 
-def _context_case(B, T, d, zero_row=False):
+def _context_case(B, N, d, zero_row=False):
     def make(g):
-        weights = torch.softmax(torch.randn(B, T, generator=g) * 2, dim=-1)
+        weights = torch.softmax(torch.randn(B, N, generator=g) * 2, dim=-1)
         if zero_row:
             weights[-1] = 0.0  # a fully masked row: masked_softmax gives all zeros
-        return weights, torch.randn(B, T, d, generator=g)
+        return weights, torch.randn(B, N, d, generator=g)
 
     return make
 
@@ -177,7 +177,7 @@ def _ctx_mean(weights, h):
 
 
 def _ctx_matmul_broadcast(weights, h):
-    return weights @ h  # (B, T) @ (B, T, d) -> (B, B, d): every example's weights on every h
+    return weights @ h  # (B, N) @ (B, N, d) -> (B, B, d): every example's weights on every h
 
 
 SUITES = [
@@ -188,14 +188,14 @@ SUITES = [
         reference=torch_additive_score,
         solution=attention.additive_score,
         cases=[
-            Case("B=1, T=3, all sizes 2", _score_case(1, 3, 2, 2, 2)),
-            Case("B=4, T=6, d_s=5 ≠ d_h=7, d_a=3", _score_case(4, 6, 5, 7, 3),
+            Case("B=1, N=3, all sizes 2", _score_case(1, 3, 2, 2, 2)),
+            Case("B=4, N=6, d_s=5 ≠ d_h=7, d_a=3", _score_case(4, 6, 5, 7, 3),
                  hint="W is (d_a, d_s) and U is (d_a, d_h): the terms are s @ W.T, (B, d_a), and "
-                      "h @ U.T, (B, T, d_a)."),
-            Case("B = T = 5, d_s = d_h = 4, d_a = 6", _score_case(5, 5, 4, 4, 6),
+                      "h @ U.T, (B, N, d_a)."),
+            Case("B = N = 5, d_s = d_h = 4, d_a = 6", _score_case(5, 5, 4, 4, 6),
                  hint="Each example's decoder state must be added to every position of its own "
                       "encoder states."),
-            Case("B=8, T=12, d_s=16, d_h=24, d_a=10", _score_case(8, 12, 16, 24, 10)),
+            Case("B=8, N=12, d_s=16, d_h=24, d_a=10", _score_case(8, 12, 16, 24, 10)),
         ],
         hint="e_j = vᵀ tanh(W s + U h_j): (s @ W.T)[:, None, :] + h @ U.T, then tanh, then @ v.",
         mutants=[
@@ -206,7 +206,7 @@ SUITES = [
                    "You applied W to the encoder states and U to the decoder state: W goes with "
                    "s (the query), U with h_j (the keys)."),
             Mutant("state not broadcast over positions", _score_not_broadcast,
-                   "s @ W.T is (B, d_a) and h @ U.T is (B, T, d_a): adding them directly lines up "
+                   "s @ W.T is (B, d_a) and h @ U.T is (B, N, d_a): adding them directly lines up "
                    "the batch axis with the positions. Insert the positions axis: "
                    "(s @ W.T)[:, None, :]."),
             Mutant("no v", _score_no_v,
@@ -230,9 +230,9 @@ SUITES = [
             Case("a fully masked row", _softmax_case((3, 4), [4, 0, 2]),
                  hint="A row with no allowed position must come out as all zeros: not NaN, not "
                       "uniform."),
-            Case("mask (B, 1, T) broadcast over queries", _softmax_case((2, 3, 5), [4, 2],
+            Case("mask (B, 1, N) broadcast over queries", _softmax_case((2, 3, 5), [4, 2],
                                                                        broadcast=True),
-                 hint="The mask broadcasts: a (B, 1, T) mask applies to every query row."),
+                 hint="The mask broadcasts: a (B, 1, N) mask applies to every query row."),
             Case("large scores (numerical stability)", _softmax_case((3, 6), [6, 5, 3], scale=30.0,
                                                                      offset=200.0),
                  hint="exp(200) overflows float32: subtract the row maximum first (torch.softmax "
@@ -244,17 +244,17 @@ SUITES = [
                  hint="Real scores can be below any finite fill (here they are near -5·10⁹, "
                       "below -1e9 too): fill the masked scores with float('-inf') and zero the "
                       "rows with no allowed position."),
-            Case("a full (B, N_q, T) mask", _full_mask_case,
+            Case("a full (B, N_q, N) mask", _full_mask_case,
                  hint="The mask may have the full shape of the scores: each query row has its "
                       "own allowed positions. Use it elementwise (masked_fill), do not assume "
-                      "it is (B, T)."),
+                      "it is (B, N)."),
         ],
         hint="Fill the masked scores with -inf, take torch.softmax over the last axis, and set "
              "rows with no allowed position to 0.",
         mutants=[
             Mutant("softmax over the batch axis", _sm_batch_axis,
                    "Your weights sum to 1 down the batch axis (dim=0): each row — one query's "
-                   "scores over the T positions — must sum to 1, so the softmax runs over the "
+                   "scores over the N positions — must sum to 1, so the softmax runs over the "
                    "last axis."),
             Mutant("mask applied after the softmax", _sm_mask_after,
                    "You zeroed the masked weights after the softmax, so the padding still took "
@@ -289,10 +289,10 @@ SUITES = [
         reference=torch_context_vector,
         solution=attention.context_vector,
         cases=[
-            Case("B=1, T=3, d=2", _context_case(1, 3, 2)),
-            Case("B=4, T=6, d=5", _context_case(4, 6, 5),
-                 hint="weights: (B, T), h: (B, T, d) -> c: (B, d)."),
-            Case("T = d = 4 (B=3)", _context_case(3, 4, 4),
+            Case("B=1, N=3, d=2", _context_case(1, 3, 2)),
+            Case("B=4, N=6, d=5", _context_case(4, 6, 5),
+                 hint="weights: (B, N), h: (B, N, d) -> c: (B, d)."),
+            Case("N = d = 4 (B=3)", _context_case(3, 4, 4),
                  hint="Sum over the positions j (dim 1), not over the features."),
             Case("a row of zero weights", _context_case(3, 5, 4, zero_row=True),
                  hint="All-zero weights (a fully masked row) give a zero context vector."),
@@ -309,10 +309,10 @@ SUITES = [
                    "Your context ignores the weights: it is the plain average of the encoder "
                    "states, the idea attention improves on. Weight each h_j by α_j."),
             Mutant("weighted mean instead of sum", _ctx_mean,
-                   "You divided by T: the weights already sum to 1, so the context is the "
+                   "You divided by N: the weights already sum to 1, so the context is the "
                    "weighted sum Σ_j α_j h_j, not its mean."),
             Mutant("weights @ h broadcast over the batch", _ctx_matmul_broadcast,
-                   "weights @ h with weights (B, T) and h (B, T, d) multiplies every example's "
+                   "weights @ h with weights (B, N) and h (B, N, d) multiplies every example's "
                    "weights with every example's states, giving (B, B, d). Give the weights a "
                    "query axis: (weights[:, None, :] @ h).squeeze(1)."),
         ],
