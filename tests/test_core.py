@@ -58,6 +58,22 @@ def test_fit_learns_a_linear_map_and_records_history():
     assert not model.training
 
 
+def test_fit_applies_the_learning_rate_schedule_at_every_step():
+    """lr_schedule(step) scales the rate of step 1, 2, ...: the rate each step used is read off
+    the optimizer inside the loss function, which runs before that step's update."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    used = []
+
+    def loss_fn(m, batch):
+        used.append(optimizer.param_groups[0]["lr"])
+        return m(batch).pow(2).mean()
+
+    fit(model, loss_fn, lambda step: torch.randn(4, 2), steps=6, optimizer=optimizer,
+        lr_schedule=lambda step: min(step / 4, 1.0))
+    torch.testing.assert_close(torch.tensor(used), 0.1 * torch.tensor([0.25, 0.5, 0.75, 1, 1, 1]))
+
+
 def test_explorer_stores_every_frame_and_a_static_slider():
     import matplotlib.pyplot as plt
 

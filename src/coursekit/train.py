@@ -41,6 +41,7 @@ def fit(
     lr: float = 1e-3,
     optimizer: torch.optim.Optimizer | None = None,
     clip: float | None = 1.0,
+    lr_schedule: Callable[[int], float] | None = None,
     every: int = 0,
     callback: Callable[[int, History], None] | None = None,
     desc: str = "training",
@@ -48,10 +49,14 @@ def fit(
     """Train ``model`` for ``steps`` steps of Adam(W) and return the loss history.
 
     ``batches(step)`` returns the batch for a step (generated data needs no DataLoader);
-    ``loss_fn(model, batch)`` returns a scalar loss. ``callback(step, history)`` runs every
-    ``every`` steps (evaluation, logging a metric).
+    ``loss_fn(model, batch)`` returns a scalar loss. Gradients are clipped to a global norm of
+    ``clip`` (None: not clipped). ``lr_schedule(step)`` multiplies the optimizer's learning rate
+    at step 1, 2, ... (warm-up, decay), through ``torch.optim.lr_scheduler.LambdaLR``.
+    ``callback(step, history)`` runs every ``every`` steps (evaluation, logging a metric).
     """
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    scheduler = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda done: lr_schedule(done + 1))  # LambdaLR counts the steps done
     history = History()
     model.train()
     bar = tqdm(range(1, steps + 1), desc=desc, leave=False, mininterval=0.5)
@@ -62,6 +67,8 @@ def fit(
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         history.step.append(step)
         history.loss.append(loss.item())
         if step % 25 == 0 or step == steps:
