@@ -8,6 +8,7 @@ jobs, so that the grader's start-up (a fork server importing torch) is paid once
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -28,10 +29,12 @@ from torch import nn
 
 from coursekit.cli import main
 from coursekit.grading import protocol
-from coursekit.grading.batch import Limits, grade
+from coursekit.grading.batch import Limits, _chapter_for, grade
 from coursekit.grading.registry import all_suites
-from coursekit.grading.session import Bounds
+from coursekit.grading.session import Bounds, Context
+from coursekit.grading.submissions import parse
 from coursekit.grading.suite import Case, Suite, compare
+from coursekit.release import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = Limits(timeout=30, case_timeout=5, memory_mib=1024)
@@ -677,6 +680,11 @@ def test_both_editions_of_every_chapter_through_the_batch_grader(tmp_path):
         meta = record["extra_data"]["coursekit"]
         assert not meta["harness_errors"] and not meta["problems"], meta
         assert meta["exercises"], f"{meta['origin']} declares no exercises"
+        path = next(p for p in EDITIONS if meta["submission"].startswith(
+            f"{p.parent.name}/{p.stem}"))
+        declared = {ex.exercise for ex in exercises(nbformat.read(path, as_version=4))}
+        assert set(meta["exercises"]) == declared, \
+            f"{meta['submission']} is not graded on its own exercises"
         failing = [t["name"] + ": " + t["output"] for t in record["tests"]
                    if t["status"] != "passed"]
         if meta["submission"].startswith("solutions/"):
@@ -685,6 +693,35 @@ def test_both_editions_of_every_chapter_through_the_batch_grader(tmp_path):
             assert record["score"] == 0, meta["exercises"]
             assert {e["status"] for e in meta["exercises"].values()} == {"not attempted"}, \
                 failing
+
+
+def test_a_split_chapter_grades_each_notebook_on_its_own_exercises():
+    """A chapter whose exercises span notebooks (07a_gpt, 07b_bert, ...): a submission is graded
+    on its notebook's exercises, read from its tagged cells or else its file name; a chapter
+    that keeps its exercises in its first notebook is found from a later one's name (02b_)."""
+    a = dataclasses.replace(SYNTHETIC["scale_shift"], exercise="91.1", name="split_a",
+                            notebook="91a")
+    b = dataclasses.replace(SYNTHETIC["scale_shift"], exercise="91.2", name="split_b",
+                            notebook="91b")
+    whole = dataclasses.replace(SYNTHETIC["scale_shift"], exercise="92.1", name="whole")
+    ctx = Context(suites={s.name: s for s in (a, b, whole)}, hidden={}, limits=FAST,
+                  zygote=None, fingerprint="")
+    try:
+        assert [s.name for s in ctx.chapter("91b")] == ["split_b"]
+        assert [s.name for s in ctx.chapter("91")] == ["split_a", "split_b"]
+        assert [s.name for s in ctx.chapter("92b")] == ["whole"]
+        assert ctx.chapter("93") == [] and ctx.chapter(None) == []
+        tagged = parse(notebook([CH90_RIGHT[0]], [("91.2", "split_b", 1)]).encode(), "x.ipynb")
+        assert _chapter_for(ctx, tagged, "hw.ipynb", None, None) == "91b"
+        untagged = parse(b"def split_b(x, a, b):\n    return a * x + b\n", "x.py")
+        assert _chapter_for(ctx, untagged, "91b_bert.py", None, None) == "91b"
+        assert _chapter_for(ctx, untagged, "92b_later.py", None, None) == "92b"
+        assert _chapter_for(ctx, untagged, "hw.py", "91a", None) == "91a"
+        assert _chapter_for(ctx, tagged, "hw.ipynb", None, "91") == "91"
+    finally:
+        ctx.close()
+    registered = {s.notebook for s in all_suites().values()}
+    assert "" in registered  # chapters 1-6 keep their exercises in their first notebook
 
 
 def test_stopping_ends_every_wait_on_a_worker_at_once():

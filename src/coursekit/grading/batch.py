@@ -182,15 +182,17 @@ def describe_isolation(facts: dict, found: dict, limits: Limits) -> dict:
             "rlimits": facts.get("limits", {}), "limits": limits.describe(), "checks": checks}
 
 
-def _chapter_for(parsed, filename: str, default: str | None, forced: str | None,
-                 known: set[str]) -> str | None:
+def _chapter_for(ctx: Context, parsed, filename: str, default: str | None,
+                 forced: str | None) -> str | None:
+    """What to grade a submission as: ``--chapter``, else the notebook or chapter its tagged
+    exercise cells belong to, else its file name (``07b_bert.ipynb``), else the class's."""
     if forced:
         return forced
-    declared = parsed.declared_chapter() if parsed else None
-    if declared in known:
+    declared = ctx.key_for(parsed.exercise_ids()) if parsed else None
+    if declared:
         return declared
     named = chapter_from_filename(filename)
-    return named if named in known else default
+    return named if named and ctx.chapter(named) else default
 
 
 def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
@@ -301,15 +303,14 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
                 except SubmissionError as err:
                     problem = str(err)
             loaded.append((sub, digest, parsed, problem))
-        known = ctx.chapters()
-        votes = Counter(_chapter_for(parsed, sub.filename, None, None, known)
+        votes = Counter(_chapter_for(ctx, parsed, sub.filename, None, None)
                         for sub, _, parsed, _ in loaded)
         votes.pop(None, None)
         default = chapter or (votes.most_common(1)[0][0] if votes else None)
         records: dict[str, dict] = {}
         todo = []
         for sub, digest, parsed, problem in loaded:
-            which = _chapter_for(parsed, sub.filename, default, chapter, known)
+            which = _chapter_for(ctx, parsed, sub.filename, default, chapter)
             previous = None if force else report.load_record(out, sub.id)
             if (previous is not None and digest is not None
                     and report.meta(previous).get("sha256") == digest

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import torch
@@ -175,12 +176,20 @@ class Context:
             except OSError:
                 pass
 
-    def chapter(self, chapter: str | None) -> list[Suite]:
-        found = [s for s in self.suites.values() if s.exercise.split(".")[0] == chapter]
+    def chapter(self, key: str | None) -> list[Suite]:
+        """The suites a submission graded as ``key`` must answer: a notebook of a split chapter
+        ("07b": its own exercises), a chapter ("07": all of them), or a later notebook of a
+        chapter whose exercises all live in its first one ("02b": chapter 02's)."""
+        found = [s for s in self.suites.values() if s.notebook and s.notebook == key]
+        if not found and key:
+            found = [s for s in self.suites.values() if s.chapter == key[:2]
+                     and (len(key) == 2 or not s.notebook)]
         return sorted(found, key=lambda s: [int(p) for p in s.exercise.split(".")])
 
-    def chapters(self) -> set[str]:
-        return {s.exercise.split(".")[0] for s in self.suites.values()}
+    def key_for(self, exercises: set[str]) -> str | None:
+        """The notebook or chapter most of these exercise ids belong to."""
+        votes = Counter(s.key for s in self.suites.values() if s.exercise in exercises)
+        return votes.most_common(1)[0][0] if votes else None
 
 
 class Bounds:

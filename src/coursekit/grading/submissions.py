@@ -15,7 +15,6 @@ import os
 import re
 import threading
 import zipfile
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -219,9 +218,9 @@ class Parsed:
     cells: list[CodeCell]
     notes: list[str] = field(default_factory=list)
 
-    def declared_chapter(self) -> str | None:
-        chapters = Counter(c.exercise.split(".")[0] for c in self.cells if c.exercise)
-        return chapters.most_common(1)[0][0] if chapters else None
+    def exercise_ids(self) -> set[str]:
+        """The exercise ids its tagged cells declare (``{"07.4", "07.5"}``)."""
+        return {c.exercise for c in self.cells if c.exercise}
 
 
 def parse(data: bytes, filename: str) -> Parsed:
@@ -413,7 +412,8 @@ def plan(parsed: Parsed, exercises: list[tuple[str, str]]) -> tuple[dict[str, Ex
 
 
 def chapter_from_filename(filename: str) -> str | None:
-    """``"03"`` for ``03_self_attention.ipynb``, and for a chapter's later notebooks such as
-    ``06b_encoder_decoder.ipynb``."""
-    match = re.match(r"(\d\d)[a-z]?_", filename)
+    """``"03"`` for ``03_self_attention.ipynb``; ``"07b"`` for a chapter's later notebook such as
+    ``07b_bert.ipynb`` (graded on that notebook's exercises, or on its chapter's when the chapter
+    keeps them all in its first notebook)."""
+    match = re.match(r"(\d\d[a-z]?)_", filename)
     return match.group(1) if match else None

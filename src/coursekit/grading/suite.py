@@ -67,6 +67,19 @@ class Suite:
     # Names of the case's positional arguments, for "modified in place" messages. Defaults to
     # the parameters of ``solution`` when there is no ``call`` adapter.
     arg_names: tuple[str, ...] = ()
+    # The notebook that holds the exercise when a chapter's exercises span several notebooks
+    # ("07b" for 07b_bert.ipynb). The registry sets it from the suites module's name (``ch07b``);
+    # empty for a chapter whose exercises all live in its first notebook.
+    notebook: str = ""
+
+    @property
+    def chapter(self) -> str:
+        return self.exercise.split(".")[0]
+
+    @property
+    def key(self) -> str:
+        """What a submission is graded as: its notebook ("07b") or its chapter ("03")."""
+        return self.notebook or self.chapter
 
     def __post_init__(self) -> None:
         if self.solution is None:
