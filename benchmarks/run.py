@@ -8,12 +8,15 @@ other parts' figures already in the file are kept. Parts:
 - ``memory``: peak memory of explicit, chunked and fused attention against sequence length;
 - ``chapters``: execution time of every chapter in each edition (quick profile; also full on CUDA);
 - ``grading``: the batch grader's throughput, latency and peak memory on 100 submissions;
-- ``generation``: greedy decoding with and without the KV cache.
+- ``generation``: greedy decoding with and without the KV cache;
+- ``models``: coursekit's GPT, BERT, T5, ViT and CLIP against Hugging Face's on the same
+  weights (``models_*.py``: forward+backward time ratios, generation speed).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -32,7 +35,8 @@ import attention  # noqa: E402
 import chapters  # noqa: E402
 import decoding  # noqa: E402
 
-PARTS = ("attention", "memory", "generation", "chapters", "grading")
+PARTS = ("attention", "memory", "generation", "models", "chapters", "grading")
+MODELS = sorted(p.stem for p in HERE.glob("models_*.py"))  # one module per model family
 
 
 def machine() -> dict:
@@ -83,6 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## greedy generation, 4-layer d=128 model, 16-token prompt")
         results["generation"] = decoding.measure(device=device)
         decoding.print_table(results["generation"])
+    if "models" in args.only:
+        results["models"] = {}
+        for name in MODELS:
+            module = importlib.import_module(name)
+            print(f"\n## {name.removeprefix('models_')}: coursekit against Hugging Face "
+                  "(ratio > 1: coursekit is slower)")
+            results["models"][name] = module.measure(device=device)
+            module.print_table(results["models"][name])
     if "chapters" in args.only:
         print("\n## chapter execution times")
         results["chapters"] = chapters.measure("quick")

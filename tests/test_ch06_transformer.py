@@ -90,6 +90,10 @@ def test_layer_norm_matches_torch(shape, eps):
     # eps = 0.3 is large enough that ε outside the root, or the unbiased variance, shows
     close(y, theirs(x2), "LayerNorm vs nn.LayerNorm (biased variance? ε inside the root? last axis?)")
     close(y, F.layer_norm(x2, (d,), theirs.weight, theirs.bias, eps), "LayerNorm vs F.layer_norm")
+    mu = x.mean(-1, keepdim=True)  # the docstring's equation, written out
+    var = (x - mu).pow(2).mean(-1, keepdim=True)
+    close(y, (x - mu) / torch.sqrt(var + eps) * theirs.weight + theirs.bias,
+          "LayerNorm vs its equation (x − μ)/√(σ² + ε)·γ + β")
     g = torch.randn(shape)
     y.backward(g)
     theirs(x2).backward(g)

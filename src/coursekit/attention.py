@@ -100,16 +100,19 @@ class AdditiveAttention(nn.Module):
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(QKᵀ/√d_k + B) V, returning the weights too (the explicit, teaching path).
 
     q: (..., N_q, d_k), k: (..., N_k, d_k), v: (..., N_k, d_v), mask: bool broadcastable to
     (..., N_q, N_k); bias B: float broadcastable to (..., N_q, N_k), a positional score bias
-    (T5, ALiBi), the same as a float ``attn_mask`` of ``F.scaled_dot_product_attention``
-    -> output (..., N_q, d_v), weights (..., N_q, N_k).
+    (T5, ALiBi), the same as a float ``attn_mask`` of ``F.scaled_dot_product_attention``;
+    ``scale`` replaces 1/√d_k, as ``F.scaled_dot_product_attention``'s does (T5 uses 1: its
+    initialisation folds the scale into W^Q) -> output (..., N_q, d_v), weights (..., N_q, N_k).
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N_q, N_k)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (..., N_q, N_k)
     if bias is not None:
         scores = scores + bias
     weights = masked_softmax(scores, mask)
@@ -162,11 +165,13 @@ class MultiHeadAttention(nn.Module):
     :func:`scaled_dot_product_attention`, which also returns the attention weights.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 scale: float | None = None) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
+        self.scale = scale  # None: 1/√d_head; T5 uses 1.0
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
@@ -199,28 +204,42 @@ class MultiHeadAttention(nn.Module):
         to the last keys when a ``cache`` holds earlier positions). attn_bias: float, broadcastable
         to (B, H, N_q, N_k), added to the scaled scores; qk_transform(q, k) -> (q, k) acts on the
         per-head (B, H, N, d_head) queries and keys before the cache (Chapter 5's positions).
+        In cross-attention (``x_kv`` given) a ``cache`` holds the projected memory instead: the
+        first call fills it, later calls reuse it and project only the queries.
         -> output (B, N_q, d_model), weights (B, H, N_q, N_k) or None.
         """
-        q, k, v = (split_heads(t, self.n_heads) for t in self.project(x_q, x_kv))
-        if qk_transform is not None:  # e.g. RoPE: keys are cached already rotated
-            q, k = qk_transform(q, k)
-        if cache is not None:  # generation: the new queries see every key so far
-            k, v = cache.append(k, v)
+        if x_kv is not None and cache is not None and len(cache):  # memory projected already
+            W, b = self.in_proj.weight, self.in_proj.bias
+            q = F.linear(x_q, W[:self.d_model], None if b is None else b[:self.d_model])
+            q, k, v = split_heads(q, self.n_heads), cache.k, cache.v
+        else:
+            q, k, v = (split_heads(t, self.n_heads) for t in self.project(x_q, x_kv))
+            if qk_transform is not None:  # e.g. RoPE: keys are cached already rotated
+                q, k = qk_transform(q, k)
+            if cache is not None:  # generation: the new queries see every key so far
+                k, v = cache.append(k, v)
         mask = attn_mask
         if key_mask is not None:
             mask = key_mask[:, None, None, :] if mask is None else mask & key_mask[:, None, None, :]
-        if is_causal:
+        # causal self-attention over a whole sequence: SDPA's own is_causal (top-left, which is
+        # ours when N_q = N_k) lets it use its fused causal kernel instead of a mask
+        fused_causal = (is_causal and not need_weights and mask is None and attn_bias is None
+                        and q.shape[-2] == k.shape[-2])
+        if is_causal and q.shape[-2] > 1 and not fused_causal:  # one (newest) query sees every key
             causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
             mask = causal if mask is None else mask & causal
         if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, bias=attn_bias)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, bias=attn_bias,
+                                                        scale=self.scale)
             if self.training and self.dropout:
                 raise ValueError("need_weights=True is for inspection: call it in eval mode")
         else:
             dropout = self.dropout if self.training else 0.0
             if attn_bias is not None:  # one float mask: the bias, and -inf where not allowed
                 mask = attn_bias if mask is None else torch.where(mask, attn_bias, float("-inf"))
-            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                 scale=self.scale, is_causal=fused_causal)
+            weights = None
         return self.out_proj(merge_heads(out)), weights
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,11 @@ from torch import Tensor, nn
 
 from coursekit.attention import KVCache, MultiHeadAttention
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact: x·Φ(x) (BERT's "gelu")
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # GPT-2's "gelu_new": the tanh approximation
+}
 
 # ----------------------------------------------------------------------------- LayerNorm
 
@@ -50,10 +55,27 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))  # β
 
     def forward(self, x: Tensor) -> Tensor:
-        mu = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # biased: / d_model
-        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        # The equation above (Exercise 6.1 writes it out: mean, biased variance, scale, shift) as
+        # one fused kernel: written out, its backward pass is a dozen small operations, which
+        # made the models of Chapters 7-9 up to 1.7x slower than Hugging Face's on the CPU.
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
+
+class RMSNorm(nn.Module):
+    """y = x / √(mean(x²) + ε) · γ: LayerNorm without the mean and without β (Zhang & Sennrich,
+    2019). T5 calls it ``T5LayerNorm`` (ε = 1e-6); ``nn.RMSNorm`` computes the same.
+    x: (..., d_model)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # γ
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+NORMS: dict[str, type[nn.Module]] = {"layer": LayerNorm, "rms": RMSNorm}
 
 # ----------------------------------------------------------------------------- feed-forward
 
@@ -62,18 +84,18 @@ class FeedForward(nn.Module):
     """FFN(x) = W₂ φ(W₁ x + b₁) + b₂, the same two-layer MLP applied to every position alone.
 
     W₁: (d_ff, d_model), W₂: (d_model, d_ff); φ is ReLU (the 2017 paper) or GELU (BERT, GPT).
-    x: (B, N, d_model) -> (B, N, d_model).
+    ``bias=False`` drops b₁ and b₂ (T5). x: (B, N, d_model) -> (B, N, d_model).
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", bias: bool = True) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation={activation!r}: expected one of {sorted(ACTIVATIONS)}")
         self.activation = ACTIVATIONS[activation]
-        self.linear1 = nn.Linear(d_model, d_ff)  # W₁, b₁
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W₁, b₁
         self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model)  # W₂, b₂
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W₂, b₂
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, N, d_model)
@@ -91,17 +113,21 @@ class EncoderBlock(nn.Module):
         X = LN₂(X + FFN(X))                        X = X + FFN(LN₂(X))
 
     Dropout acts on each sub-layer's output before the residual sum (and inside attention and
-    the FFN). With ``is_causal=True`` this is the decoder-only (GPT) block.
+    the FFN). With ``is_causal=True`` this is the decoder-only (GPT) block. T5's block is
+    ``norm_first=True, bias=False, norm="rms", scale=1.0``: no biases anywhere, RMSNorm, and
+    scores QKᵀ without 1/√d_head.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
-                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5) -> None:
+                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5, *,
+                 bias: bool = True, norm: str = "layer", scale: float | None = None) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = LayerNorm(d_model, eps)
-        self.norm2 = LayerNorm(d_model, eps)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias,
+                                            scale=scale)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias=bias)
+        self.norm1 = NORMS[norm](d_model, eps)
+        self.norm2 = NORMS[norm](d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -145,18 +171,22 @@ class DecoderBlock(nn.Module):
 
     In cross-attention the queries come from the decoder and the keys and values from
     ``memory``, which is not normalised again here (the encoder's last norm did that).
+    ``bias``, ``norm`` and ``scale`` as in :class:`EncoderBlock`.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0,
-                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5) -> None:
+                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5, *,
+                 bias: bool = True, norm: str = "layer", scale: float | None = None) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = LayerNorm(d_model, eps)
-        self.norm2 = LayerNorm(d_model, eps)
-        self.norm3 = LayerNorm(d_model, eps)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias,
+                                            scale=scale)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias,
+                                             scale=scale)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias=bias)
+        self.norm1 = NORMS[norm](d_model, eps)
+        self.norm2 = NORMS[norm](d_model, eps)
+        self.norm3 = NORMS[norm](d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
@@ -164,9 +194,13 @@ class DecoderBlock(nn.Module):
     def forward(self, y: Tensor, memory: Tensor, key_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, is_causal: bool = True,
                 need_weights: bool = False, cache: KVCache | None = None,
+                attn_bias: Tensor | None = None, memory_cache: KVCache | None = None,
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """y: (B, N_t, d_model) decoder input, memory: (B, N_s, d_model) encoder output;
-        key_mask: (B, N_t) and memory_mask: (B, N_s), bool, True at real tokens.
+        key_mask: (B, N_t) and memory_mask: (B, N_s), bool, True at real tokens. ``cache`` and
+        ``attn_bias`` (e.g. T5's relative bias) go to the self-attention; ``memory_cache`` keeps
+        the cross-attention's keys and values of ``memory``, projected once for a whole
+        generation.
 
         -> (B, N_t, d_model), self-attention weights (B, H, N_t, N_t) and cross-attention
         weights (B, H, N_t, N_s), both None unless ``need_weights``.
@@ -174,11 +208,12 @@ class DecoderBlock(nn.Module):
 
         def self_attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
             a, w = self.self_attn(h, key_mask=key_mask, is_causal=is_causal,
-                                  need_weights=need_weights, cache=cache)
+                                  need_weights=need_weights, cache=cache, attn_bias=attn_bias)
             return self.dropout1(a), w
 
         def cross_attend(h: Tensor) -> tuple[Tensor, Tensor | None]:
-            a, w = self.cross_attn(h, memory, key_mask=memory_mask, need_weights=need_weights)
+            a, w = self.cross_attn(h, memory, key_mask=memory_mask, need_weights=need_weights,
+                                   cache=memory_cache)
             return self.dropout2(a), w
 
         if self.norm_first:
@@ -202,24 +237,31 @@ class DecoderBlock(nn.Module):
 class Encoder(nn.Module):
     """``n_layers`` encoder blocks, then a final LayerNorm when ``final_norm`` (default: Pre-LN
     stacks have one, since their residual stream is never normalised otherwise; Post-LN stacks
-    end normalised already, but ``nn.Transformer`` adds one to both, hence the flag)."""
+    end normalised already, but ``nn.Transformer`` adds one to both, hence the flag).
+    ``bias``, ``norm`` and ``scale`` as in :class:`EncoderBlock`."""
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
                  dropout: float = 0.0, activation: str = "relu", norm_first: bool = False,
-                 final_norm: bool | None = None, eps: float = 1e-5) -> None:
+                 final_norm: bool | None = None, eps: float = 1e-5, *, bias: bool = True,
+                 norm: str = "layer", scale: float | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, dropout, activation, norm_first, eps)
+            EncoderBlock(d_model, n_heads, d_ff, dropout, activation, norm_first, eps,
+                         bias=bias, norm=norm, scale=scale)
             for _ in range(n_layers))
         final_norm = norm_first if final_norm is None else final_norm
-        self.norm = LayerNorm(d_model, eps) if final_norm else None
+        self.norm = NORMS[norm](d_model, eps) if final_norm else None
 
     def forward(self, x: Tensor, key_mask: Tensor | None = None, is_causal: bool = False,
-                need_weights: bool = False) -> tuple[Tensor, list[Tensor] | None]:
-        """x: (B, N, d_model), key_mask: (B, N) -> (B, N, d_model), per-layer weights or None."""
+                need_weights: bool = False, attn_bias: Tensor | None = None,
+                ) -> tuple[Tensor, list[Tensor] | None]:
+        """x: (B, N, d_model), key_mask: (B, N) -> (B, N, d_model), per-layer weights or None.
+        ``attn_bias`` (B|1, H, N, N) is added to the scores of every layer (T5 computes its
+        relative bias once and shares it)."""
         weights = []
         for layer in self.layers:
-            x, w = layer(x, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights)
+            x, w = layer(x, key_mask=key_mask, is_causal=is_causal, need_weights=need_weights,
+                         attn_bias=attn_bias)
             weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
@@ -227,28 +269,38 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """``n_layers`` decoder blocks over one encoder output, then an optional final LayerNorm."""
+    """``n_layers`` decoder blocks over one encoder output, then an optional final LayerNorm.
+    ``bias``, ``norm`` and ``scale`` as in :class:`EncoderBlock`."""
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
                  dropout: float = 0.0, activation: str = "relu", norm_first: bool = False,
-                 final_norm: bool | None = None, eps: float = 1e-5) -> None:
+                 final_norm: bool | None = None, eps: float = 1e-5, *, bias: bool = True,
+                 norm: str = "layer", scale: float | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, dropout, activation, norm_first, eps)
+            DecoderBlock(d_model, n_heads, d_ff, dropout, activation, norm_first, eps,
+                         bias=bias, norm=norm, scale=scale)
             for _ in range(n_layers))
         final_norm = norm_first if final_norm is None else final_norm
-        self.norm = LayerNorm(d_model, eps) if final_norm else None
+        self.norm = NORMS[norm](d_model, eps) if final_norm else None
 
     def forward(self, y: Tensor, memory: Tensor, key_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, need_weights: bool = False,
+                attn_bias: Tensor | None = None, caches: list[KVCache] | None = None,
+                memory_caches: list[KVCache] | None = None,
                 ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
         """y: (B, N_t, d_model), memory: (B, N_s, d_model) -> (B, N_t, d_model) and, with
         ``need_weights``, per-layer self- (B, H, N_t, N_t) and cross-attention (B, H, N_t, N_s)
-        weights."""
+        weights. ``attn_bias`` is added to every layer's self-attention scores; ``caches`` and
+        ``memory_caches`` (one :class:`~coursekit.attention.KVCache` per layer each) make
+        generation one position per call: y holds only the new positions."""
         self_weights, cross_weights = [], []
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             y, w_self, w_cross = layer(y, memory, key_mask=key_mask, memory_mask=memory_mask,
-                                       need_weights=need_weights)
+                                       need_weights=need_weights, attn_bias=attn_bias,
+                                       cache=None if caches is None else caches[i],
+                                       memory_cache=None if memory_caches is None
+                                       else memory_caches[i])
             self_weights.append(w_self)
             cross_weights.append(w_cross)
         if self.norm is not None:

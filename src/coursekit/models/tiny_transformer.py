@@ -29,7 +29,8 @@ class TinyTransformer(nn.Module):
     """Token embeddings, positions, ``n_layers`` pre-norm blocks, final LayerNorm, vocabulary head.
 
     ``positional`` names the scheme (:data:`coursekit.positional.KINDS`); ``max_len`` sizes the
-    learned table, the only scheme with a largest position.
+    learned table, the only scheme with a largest position. ``activation`` is the FFN's φ
+    (:data:`coursekit.transformer.ACTIVATIONS`: "gelu", or GPT-2's tanh approximation "gelu_tanh").
 
     forward(ids) -> logits (B, N, vocab_size) and, with ``need_weights=True``, the attention
     weights of every layer: a list of ``n_layers`` tensors (B, H, N, N).
@@ -37,13 +38,13 @@ class TinyTransformer(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 64, causal: bool = True,
-                 dropout: float = 0.0, positional: str = "learned") -> None:
+                 dropout: float = 0.0, positional: str = "learned", activation: str = "gelu") -> None:
         super().__init__()
         self.causal, self.max_len = causal, max_len
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = positional_encoding(positional, d_model, n_heads, max_len, causal)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff or 4 * d_model, dropout, activation="gelu",
+            EncoderBlock(d_model, n_heads, d_ff or 4 * d_model, dropout, activation=activation,
                          norm_first=True) for _ in range(n_layers))
         self.ln_f = LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)

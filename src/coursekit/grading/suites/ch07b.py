@@ -1,0 +1,219 @@
+"""Chapter 7, BERT (``07b_bert.ipynb``) — ``mask_tokens``, the masked-language-model inputs.
+
+The authority is Hugging Face's ``DataCollatorForLanguageModeling.torch_mask_tokens`` (BERT's
+15 % and 80/10/10 rule), driven by a stand-in tokenizer that knows only the [MASK] id and the
+vocabulary size.
+
+A random function cannot be compared element by element with a reference, so the ``call``
+adapter turns what the submission returns into statistics over a large batch, and those are
+compared with the reference's within ``atol`` = 0.02 (about 7 standard deviations of the
+noisiest rate at these batch sizes):
+
+    0  the share of non-special positions picked (labels ≠ -100)        ≈ p (0.15)
+    1  the share of special positions picked                              = 0
+    2  among picked positions, the share whose input is [MASK]            ≈ 0.80
+    3  among picked positions, the share whose input is unchanged         ≈ 0.10
+    4  among picked positions, the share whose input is another token     ≈ 0.10
+    5  among picked positions, the share whose label is not the original  = 0
+    6  among unpicked positions, the share whose input was changed        = 0
+    7  the share of inputs outside the vocabulary [0, vocab_size)          = 0
+"""
+
+from __future__ import annotations
+
+import torch
+
+from coursekit.data import bert_inputs
+from coursekit.grading.suite import Case, Mutant, OutputError, Suite
+
+IGNORE = -100
+
+
+class _Tokenizer:
+    """What ``torch_mask_tokens`` asks of a tokenizer: the [MASK] token, its id, and a length."""
+
+    mask_token = "[MASK]"
+
+    def __init__(self, mask_id: int, vocab_size: int) -> None:
+        self.mask_id, self.vocab_size = mask_id, vocab_size
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.mask_id
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+
+def hf_mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):
+    """The authority: ``transformers.DataCollatorForLanguageModeling`` with BERT's settings
+    (``mlm_probability=p``, ``mask_replace_prob=0.8``, ``random_replace_prob=0.1``), its
+    ``torch_mask_tokens`` on a copy of ``ids`` (it writes into its argument)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    collator = DataCollatorForLanguageModeling(
+        _Tokenizer(mask_id, vocab_size), mlm_probability=p, mask_replace_prob=0.8,
+        random_replace_prob=0.1)
+    collator.generator = generator
+    return collator.torch_mask_tokens(ids.clone(), special_tokens_mask=special.clone())
+
+
+def statistics(result, ids, special, mask_id, vocab_size) -> torch.Tensor:
+    """(inputs, labels) -> the eight rates of the module docstring, float64 (8,)."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise OutputError(f"returned a {type(result).__name__}; it should return the tuple "
+                          "(inputs, labels)")
+    for what, t in zip(("inputs", "labels"), result, strict=True):
+        if type(t) is not torch.Tensor:
+            raise OutputError(f"{what} is a {type(t).__name__}, expected a torch.Tensor")
+        if t.dtype != torch.long or tuple(t.shape) != tuple(ids.shape):
+            raise OutputError(f"{what} has dtype {t.dtype} and shape {tuple(t.shape)}; expected "
+                              f"torch.int64 and {tuple(ids.shape)}, like ids")
+    inputs, labels = result
+    picked = labels != IGNORE
+    is_mask, unchanged = inputs == mask_id, inputs == ids
+
+    def share(where, among):
+        n = int(among.sum())
+        return float((where & among).sum()) / n if n else 0.0
+
+    return torch.tensor([
+        share(picked, ~special),
+        share(picked, special),
+        share(is_mask, picked),
+        share(unchanged & ~is_mask, picked),
+        share(~unchanged & ~is_mask, picked),
+        share(labels != ids, picked),
+        share(~unchanged, ~picked),
+        share((inputs < 0) | (inputs >= vocab_size), torch.ones_like(picked)),
+    ], dtype=torch.float64)
+
+
+def run_mask_tokens(fn, args):
+    """Call the submission without a generator (on the global RNG, forked and seeded, so the
+    caller's stream is untouched) and reduce its outputs to statistics."""
+    ids, special, mask_id, vocab_size, p = args
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        result = fn(ids, special, mask_id, vocab_size, p=p)
+    return statistics(result, ids, special, mask_id, vocab_size)
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+def _case(B, N, *, mask_id=bert_inputs.MASK_ID, vocab_size=bert_inputs.VOCAB_SIZE,
+          n_special=bert_inputs.N_SPECIAL, special_share=None, p=0.15):
+    def make(g):
+        ids = torch.randint(n_special, vocab_size, (B, N), generator=g)
+        if special_share is not None:  # specials scattered anywhere
+            special = torch.rand(B, N, generator=g) < special_share
+            ids = torch.where(special, torch.randint(n_special, (B, N), generator=g), ids)
+            return ids, special, mask_id, vocab_size, p
+        # sentences: [CLS] words [SEP], then [PAD] up to N
+        lengths = torch.randint(N // 2, N + 1, (B, 1), generator=g)
+        position = torch.arange(N)
+        ids[:, 0] = bert_inputs.CLS_ID
+        ids = torch.where(position == lengths - 1, bert_inputs.SEP_ID, ids)
+        ids = torch.where(position >= lengths, 0, ids)
+        return ids, ids < n_special, mask_id, vocab_size, p
+
+    return make
+
+
+CASES = [
+    Case("4096 sentences: [CLS] words [SEP] [PAD]…, N=24", _case(4096, 24)),
+    Case("60 % of the positions special, scattered", _case(4096, 24, special_share=0.6),
+         hint="Never pick a special position ([CLS], [SEP], [PAD]: where `special` is True); "
+              "15 % of the other positions are picked."),
+    Case("BERT-base's ids: mask_id=103, vocab_size=30522", _case(
+        4096, 24, mask_id=103, vocab_size=30522, n_special=999),
+         hint="Use the `mask_id` and `vocab_size` arguments: [MASK] is `mask_id`, and a random "
+              "replacement is drawn from all `vocab_size` ids."),
+    Case("no special position, N=64", _case(2048, 64, special_share=0.0)),
+    Case("p = 0.4: the rate is an argument", _case(4096, 24, p=0.4),
+         hint="Pick positions with probability `p` (the argument; BERT's 0.15 is only its "
+              "default)."),
+]
+
+# ----------------------------------------------------------------------------- mutants
+
+
+def _mutant(*, rate=None, mask_share=0.8, random_of_rest=0.5, labels="picked", specials=False,
+            split_all=False, mask_id_fixed=None, ):
+    """A wrong ``mask_tokens``; the defaults give a right one."""
+
+    def mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):
+        mask_id = mask_id if mask_id_fixed is None else mask_id_fixed
+        picked = torch.rand(ids.shape, generator=generator) < (p if rate is None else rate)
+        if not specials:
+            picked &= ~special
+        scope = ~special if split_all else picked
+        to_mask = scope & (torch.rand(ids.shape, generator=generator) < mask_share)
+        to_random = scope & ~to_mask & (torch.rand(ids.shape, generator=generator) < random_of_rest)
+        random_ids = torch.randint(vocab_size, ids.shape, generator=generator)
+        inputs = torch.where(to_mask, mask_id, ids)
+        inputs = torch.where(to_random, random_ids, inputs)
+        label = {"picked": torch.where(picked, ids, IGNORE),
+                 "everywhere": ids.clone(),
+                 "inputs": torch.where(picked, inputs, IGNORE),
+                 "inverted": torch.where(picked, IGNORE, ids)}[labels]
+        return inputs, label
+
+    return mask_tokens
+
+
+MUTANTS = [
+    Mutant("every picked position becomes [MASK]", _mutant(mask_share=1.0),
+           "Every picked position became [MASK]. The 80/10/10 rule: of the picked positions, 80 % "
+           "become [MASK], 10 % a random token, and 10 % keep their token (the model must not "
+           "learn that only [MASK] positions matter)."),
+    Mutant("labels everywhere", _mutant(labels="everywhere"),
+           "Your labels hold the original id at every position, so the loss is computed on the "
+           "unpicked ones too, where the answer is in plain sight. Put -100 (ignored by the loss) "
+           "wherever a position was not picked."),
+    Mutant("labels inverted", _mutant(labels="inverted"),
+           "Your labels are the wrong way round: the original id belongs at the picked positions "
+           "and -100 at all the others."),
+    Mutant("labels are the corrupted inputs", _mutant(labels="inputs"),
+           "Your labels hold the corrupted inputs ([MASK], random tokens). The label at a picked "
+           "position is the ORIGINAL id, the one the model must recover: take it from `ids` "
+           "before replacing anything."),
+    Mutant("special positions can be picked", _mutant(specials=True),
+           "Special positions ([CLS], [SEP], [PAD], where `special` is True) are picked too. "
+           "Never pick them: their probability of being picked is 0."),
+    Mutant("the 15 % used where the 80 % belongs", _mutant(mask_share=0.15),
+           "Only about 15 % of the picked positions became [MASK]: you used p where the 80 % "
+           "belongs. First pick 15 % of the positions; then, of those, 80 % become [MASK]."),
+    Mutant("10 % random of all picked, not of the rest", _mutant(random_of_rest=0.1),
+           "Too few random tokens and too many unchanged ones: you drew the 10 % random share "
+           "among the positions that are not [MASK], but those are only 20 % of the picked ones. "
+           "Of the picked positions left after the [MASK] draw, HALF get a random token "
+           "(0.1 / 0.2)."),
+    Mutant("80/10/10 over every position", _mutant(split_all=True),
+           "You replaced tokens at positions that were not picked: the 80/10/10 split applies "
+           "to the picked 15 % only; every other position keeps its token."),
+    Mutant("p hard-coded", _mutant(rate=0.15),
+           "Your rate is hard-coded at 0.15: pick each position with probability `p`, the "
+           "argument."),
+    Mutant("[MASK] id hard-coded", _mutant(mask_id_fixed=bert_inputs.MASK_ID),
+           "Your [MASK] id is hard-coded: use the `mask_id` argument (BERT-base's is 103)."),
+]
+
+SUITES = [
+    Suite(
+        exercise="07.3",
+        name="mask_tokens",
+        points=3,
+        reference=hf_mask_tokens,
+        solution=bert_inputs.mask_tokens,
+        call=run_mask_tokens,
+        arg_names=("ids", "special", "mask_id", "vocab_size", "p"),
+        cases=CASES,
+        mutants=MUTANTS,
+        atol=0.02,
+        rtol=0.0,
+        hint="Pick each non-special position with probability p (labels: the original id "
+             "there, -100 elsewhere); of the picked ones, 80 % become [MASK], 10 % a random id "
+             "in [0, vocab_size), 10 % stay unchanged.",
+    ),
+]

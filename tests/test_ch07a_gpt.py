@@ -1,0 +1,247 @@
+"""Chapter 7a: GPT against Hugging Face's GPT2LMHeadModel, decoding, BPE, the grammar, in-context data."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+import torch
+
+from coursekit.data.acceptor import accepts, rejection
+from coursekit.data.bpe import BPE, merge_pair, pre_tokenize
+from coursekit.data.incontext import InContextTask
+from coursekit.data.language import SyntheticLanguage
+from coursekit.decoding import (
+    beam_search,
+    filter_logits,
+    greedy,
+    sample,
+    sequence_log_prob,
+    top_k_filter,
+    top_p_filter,
+)
+from coursekit.models.gpt import GPT, PUBLISHED, gpt_parameters, gpt_to_hf, hf_state_dict
+from coursekit.transformer import ACTIVATIONS
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+
+
+def spread_gpt(vocab=61, d_model=32, n_heads=4, n_layers=2, max_len=24, seed=0) -> GPT:
+    """A GPT whose every parameter, LayerNorms included, is drawn from N(0, 0.5²)."""
+    torch.manual_seed(seed)
+    model = GPT(vocab, d_model, n_heads, n_layers, max_len)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------- Hugging Face
+
+
+def test_logits_equal_hugging_face_gpt2():
+    model = spread_gpt()
+    hf = gpt_to_hf(model)
+    ids = torch.randint(61, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(ids)[0], hf(ids).logits
+    assert ours.abs().max() > 5, "std-0.5 weights should give large logits"
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4, msg=lambda m: (
+        "GPT's logits differ from GPT2LMHeadModel's on the same weights: check the tanh GELU, "
+        "the tied output layer, the Conv1D transpose and the q, k, v order.\n" + m))
+
+
+def test_greedy_continuation_equals_hf_generate():
+    model = spread_gpt(seed=3)
+    hf = gpt_to_hf(model)
+    prompt = torch.randint(61, (4, 5), generator=torch.Generator().manual_seed(2))
+    ours = greedy(model, prompt, 15)
+    theirs = hf.generate(prompt, max_new_tokens=15, do_sample=False, use_cache=True,
+                         pad_token_id=0, attention_mask=torch.ones_like(prompt))
+    assert torch.equal(ours, theirs), "greedy decoding with the KV cache must equal generate()"
+
+
+def test_a_wrong_activation_would_be_caught():
+    model = spread_gpt()
+    hf = gpt_to_hf(model)
+    for block in model.blocks:
+        block.ff.activation = ACTIVATIONS["gelu"]  # exact GELU instead of GPT-2's tanh one
+    ids = torch.randint(61, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(ids)[0], hf(ids).logits
+    with pytest.raises(AssertionError):  # the fidelity test's own tolerance catches it
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_port_uses_conv1d_layout_and_ties_the_head():
+    model = spread_gpt()
+    state = hf_state_dict(model)
+    w = model.blocks[0].self_attn.in_proj.weight  # (3 d, d)
+    assert state["transformer.h.0.attn.c_attn.weight"].shape == (32, 96)
+    torch.testing.assert_close(state["transformer.h.0.attn.c_attn.weight"], w.t())
+    assert model.head.weight is model.tok.weight
+    hf = gpt_to_hf(model)
+    assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
+
+
+def test_parameter_formula():
+    model = spread_gpt()
+    assert gpt_parameters(2, 32, 61, 24) == sum(p.numel() for p in model.parameters())
+    assert gpt_parameters(2, 32, 61, 24) == gpt_to_hf(model).num_parameters()
+    small = next(p for p in PUBLISHED if p.name == "GPT-2 small")
+    assert small.counted == 124_439_808  # the size of the released checkpoint
+    for p in PUBLISHED:
+        assert abs(p.counted / p.stated - 1) < 0.05, p
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def test_filters_equal_hugging_face_warpers():
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    logits = 3 * torch.randn(6, 40, generator=torch.Generator().manual_seed(0))
+    for k in (1, 5, 39):
+        torch.testing.assert_close(top_k_filter(logits, k), TopKLogitsWarper(k)(None, logits))
+    for p in (0.05, 0.5, 0.9, 0.99):
+        torch.testing.assert_close(top_p_filter(logits, p), TopPLogitsWarper(p)(None, logits))
+    theirs = TopPLogitsWarper(0.8)(None, TopKLogitsWarper(7)(None, TemperatureLogitsWarper(0.7)(
+        None, logits)))
+    torch.testing.assert_close(filter_logits(logits, 0.7, 7, 0.8), theirs)
+
+
+def test_sampling_is_the_same_with_and_without_the_cache():
+    model = spread_gpt()
+    prompt = torch.randint(61, (3, 4), generator=torch.Generator().manual_seed(0))
+    runs = [sample(model, prompt, 12, temperature=1.5, top_k=20, top_p=0.9, use_cache=cache,
+                   generator=torch.Generator().manual_seed(7)) for cache in (True, False)]
+    assert torch.equal(*runs)
+    assert torch.equal(greedy(model, prompt, 12, use_cache=True),
+                       greedy(model, prompt, 12, use_cache=False))
+
+
+def test_sampling_at_low_temperature_is_greedy():
+    model = spread_gpt()
+    prompt = torch.randint(61, (3, 4), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sample(model, prompt, 10, temperature=1e-4), greedy(model, prompt, 10))
+    assert torch.equal(sample(model, prompt, 10, top_k=1), greedy(model, prompt, 10))
+
+
+def test_eos_stops_rows():
+    model = spread_gpt()
+    prompt = torch.randint(61, (2, 3), generator=torch.Generator().manual_seed(0))
+    first = greedy(model, prompt, 1)[:, -1]
+    out = greedy(model, prompt, 8, eos_id=int(first[0]))
+    assert (out[0, 3:] == first[0]).all()
+    assert out.shape[1] == 11 or (out[:, -1] == first[0]).all()
+
+
+def test_beam_search_finds_the_most_probable_continuation():
+    model = spread_gpt(vocab=5, d_model=16, n_heads=2, n_layers=1, max_len=12, seed=1)
+    prompt = torch.tensor([[0, 3]])
+    T = 3
+    every = torch.tensor([[0, 3, *c] for c in itertools.product(range(5), repeat=T)])
+    log_p = sequence_log_prob(model, every, 2)
+    best, score = beam_search(model, prompt, T, beam_width=25)  # 5^(T-1): exhaustive
+    assert torch.equal(best[0], every[log_p.argmax()])
+    torch.testing.assert_close(score, log_p.max())
+    for width in (1, 3):
+        with_cache = beam_search(model, prompt, T, beam_width=width)
+        without = beam_search(model, prompt, T, beam_width=width, use_cache=False)
+        assert torch.equal(with_cache[0], without[0])
+        assert score >= with_cache[1] - 1e-5
+    assert torch.equal(beam_search(model, prompt, T, beam_width=1)[0], greedy(model, prompt, T))
+
+
+# ----------------------------------------------------------------------------- BPE
+
+
+def test_merge_pair():
+    assert merge_pair([7, 4, 11, 11, 14], (11, 11), 99) == [7, 4, 99, 14]
+    assert merge_pair([3, 3, 3], (3, 3), 9) == [9, 3]
+    assert merge_pair([1, 2], (2, 1), 9) == [1, 2]
+
+
+def test_bpe_round_trip_and_compression():
+    corpus = SyntheticLanguage().corpus(500, seed=0)
+    chars, bpe = BPE.train(corpus, 0), BPE.train(corpus, 60)
+    assert len(bpe) == len(chars) + 60
+    first = bpe.merges[0]  # the most frequent pair of the corpus
+    counts = {}
+    for line in corpus:
+        for word in pre_tokenize(line):
+            for pair in zip(word, word[1:], strict=False):
+                counts[pair] = counts.get(pair, 0) + 1
+    assert (bpe.itos[first[0]], bpe.itos[first[1]]) == max(counts, key=counts.get)
+    for line in SyntheticLanguage().corpus(50, seed=9):
+        ids = bpe.encode(line, bos=True, eos=True)
+        assert bpe.decode(ids) == line
+        assert len(ids) < len(chars.encode(line, bos=True, eos=True))
+    assert pre_tokenize("the dog .") == ["the", "▁dog", "▁."]
+
+
+# ----------------------------------------------------------------------------- the grammar
+
+
+def test_acceptor_accepts_the_language_and_rejects_broken_sentences():
+    sentences = SyntheticLanguage().sample(3000, seed=5)
+    assert all(accepts(s.tokens) for s in sentences)
+    flip = {"was": "were", "were": "was"}
+    for s in sentences[:200]:
+        t = list(s.tokens)
+        t[s.verb] = flip[t[s.verb]]  # agreement broken
+        assert rejection(t) is not None
+        assert not accepts(list(s.tokens)[:-1])  # no full stop
+    assert not accepts("the dog was hungry because its fur was fluffy .")  # polarity
+    assert not accepts("the dog near the cars was hungry because their fur was sleepy .")
+
+
+# ----------------------------------------------------------------------------- in-context task
+
+
+def test_in_context_prompts():
+    task = InContextTask(16, 16, 8)
+    prompts, targets, answer = task.prompts(4, 200, torch.Generator().manual_seed(0))
+    assert prompts.shape == (200, 9)
+    assert (prompts[:, 0::2] < 16).all() and (prompts[:, 1::2] >= 16).all()
+    seen = answer >= 0
+    assert 0.3 < seen.float().mean() < 0.7  # 4 of 8 inputs shown
+    rows = seen.nonzero()[:, 0]
+    assert torch.equal(prompts[rows, answer[rows]], targets[rows])
+    assert torch.equal(prompts[rows, answer[rows] - 1], prompts[rows, -1])
+    batch = task.train_batch(5, torch.Generator().manual_seed(0), n_pairs=10)
+    assert batch.shape == (5, 20)
+    for row in batch:  # one function per sequence
+        pairs = {}
+        for x, y in row.view(-1, 2).tolist():
+            assert pairs.setdefault(x, y) == y
+
+
+def test_shipped_in_context_checkpoint_loads_and_learns_in_context():
+    from coursekit.data.incontext import CHECKPOINT, few_shot_accuracy, load_checkpoint
+
+    assert CHECKPOINT.stat().st_size < 1_000_000, "the shipped checkpoint must stay small"
+    model, task, curve = load_checkpoint()
+    accuracy = [few_shot_accuracy(model, task, k, n=1000) for k in (0, 1, 2, 4, 8)]
+    assert accuracy[0] < 0.15 and accuracy[-1] >= 0.9, accuracy  # what the notebook states
+    assert all(a < b for a, b in zip(accuracy, accuracy[1:], strict=False)), accuracy
+    assert curve[-1][1] >= 0.9 and curve[0][1] < 0.3, "the stored training curve"
+
+
+def test_fused_causal_path_equals_the_masked_one():
+    from coursekit.attention import MultiHeadAttention, causal_mask
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 9, 32)
+    fused, _ = mha(x, is_causal=True)  # SDPA's is_causal kernel (N_q = N_k, no other mask)
+    masked, _ = mha(x, attn_mask=causal_mask(9, 9))
+    explicit, _ = mha(x, is_causal=True, need_weights=True)
+    torch.testing.assert_close(fused, masked)
+    torch.testing.assert_close(fused, explicit)
