@@ -239,3 +239,18 @@ def test_check_leaves_the_global_random_stream_alone():
     torch.manual_seed(123)
     assert run_suite(get_suite("07.3"), mask_tokens).status == "passed"
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_bert_parameter_formula_counts_hugging_faces_bert_model():
+    from transformers import BertConfig as HFBertConfig
+    from transformers import BertModel
+
+    from coursekit.models.bert import BERT_PUBLISHED, bert_parameters
+
+    config = HFBertConfig(vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                          intermediate_size=80, max_position_embeddings=40, type_vocab_size=2)
+    hf = sum(p.numel() for p in BertModel(config).parameters())
+    assert bert_parameters(3, 48, 80, 97, 40) == hf, "the formula misses a bias or a LayerNorm"
+    L, d, d_ff, _ = BERT_PUBLISHED["BERT-base"]
+    assert bert_parameters(L, d, d_ff, 30522, 512) == 109_482_240  # bert-base-uncased's count
+

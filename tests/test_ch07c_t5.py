@@ -204,3 +204,21 @@ def test_instruction_examples_are_in_the_vocabulary_and_correct():
     x, y = instructions.encode_pairs(vocab, [e.prompt for e in examples[:5]],
                                      [e.answer for e in examples[:5]])
     assert (y[:, 1] == vocab.eos_id).all() and x.shape[0] == 5
+
+
+def test_t5_parameter_formula_counts_hugging_faces_t5():
+    from transformers import T5Config as HFT5Config
+    from transformers import T5ForConditionalGeneration
+
+    from coursekit.models.t5 import T5, T5_PUBLISHED, T5Config, t5_parameters
+
+    config = HFT5Config(vocab_size=53, d_model=32, d_kv=16, d_ff=72, num_layers=2, num_heads=3,
+                        relative_attention_num_buckets=8, feed_forward_proj="relu",
+                        tie_word_embeddings=True)
+    hf = sum(p.numel() for p in T5ForConditionalGeneration(config).parameters())
+    assert t5_parameters(2, 32, 72, 3, 16, vocab_size=53, num_buckets=8) == hf, \
+        "the formula misses a table, a norm or the decoder's cross-attention"
+    ours = T5(T5Config(vocab_size=53, d_model=32, n_heads=4, n_layers=2, d_ff=72, num_buckets=8))
+    assert sum(p.numel() for p in ours.parameters()) == t5_parameters(2, 32, 72, 4, 8, 53, 8)
+    assert t5_parameters(*T5_PUBLISHED["T5-small"][:5]) == 60_506_624  # t5-small's count
+

@@ -211,3 +211,25 @@ def from_hf(state: dict[str, Tensor], config: BertConfig) -> Bert:
                 [state[f"{prefix}{w}.{p}"] for w in ("query", "key", "value")])
     model.load_state_dict(ours)
     return model
+
+
+# ----------------------------------------------------------------------------- size
+
+
+def bert_parameters(n_layers: int, d_model: int, d_ff: int, vocab_size: int, n_positions: int,
+                    n_segments: int = 2) -> int:
+    """The parameters of ``BertModel`` (the encoder and the pooler, no pre-training heads).
+
+    Embeddings (|V| + P + segments)·d and their LayerNorm 2d; per block: attention 4d² + 4d, its
+    LayerNorm 2d, the FFN 2·d·d_ff + d_ff + d, its LayerNorm 2d; the pooler d² + d.
+    """
+    d = d_model
+    block = 4 * d * d + 4 * d + 2 * d + 2 * d * d_ff + d_ff + d + 2 * d
+    return (vocab_size + n_positions + n_segments) * d + 2 * d + n_layers * block + d * d + d
+
+
+BERT_PUBLISHED = {  # name: (n_layers, d_model, d_ff, stated size) with |V| = 30522, P = 512
+    "BERT-base": (12, 768, 3072, 110e6),
+    "BERT-large": (24, 1024, 4096, 340e6),
+}
+

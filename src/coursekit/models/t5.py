@@ -249,3 +249,31 @@ def from_hf_state_dict(state: dict[str, Tensor], config: T5Config) -> dict[str, 
             out[mine] = state[theirs].clone()
     out.update({name: torch.cat(parts) for name, parts in thirds.items()})
     return out
+
+
+# ----------------------------------------------------------------------------- size
+
+
+def t5_parameters(n_layers: int, d_model: int, d_ff: int, n_heads: int, d_head: int,
+                  vocab_size: int = 32128, num_buckets: int = 32) -> int:
+    """The parameters of a T5 v1.0 ``T5ForConditionalGeneration`` (tied head, no biases).
+
+    The shared table |V|·d; each stack has ``n_layers`` blocks, one relative-bias table
+    (buckets × H) and a final RMSNorm d. Encoder block: attention 4·d·(H·d_head), FFN 2·d·d_ff,
+    two RMSNorms 2d; decoder block: self- and cross-attention 8·d·(H·d_head), FFN 2·d·d_ff, three
+    RMSNorms 3d. The larger T5s widen H·d_head beyond d_model (T5-3B: 32 × 128 = 4096 for d = 1024).
+    """
+    d, inner = d_model, n_heads * d_head
+    encoder = n_layers * (4 * d * inner + 2 * d * d_ff + 2 * d) + num_buckets * n_heads + d
+    decoder = n_layers * (8 * d * inner + 2 * d * d_ff + 3 * d) + num_buckets * n_heads + d
+    return vocab_size * d + encoder + decoder
+
+
+T5_PUBLISHED = {  # name: (n_layers per stack, d_model, d_ff, H, d_head, stated size)
+    "T5-small": (6, 512, 2048, 8, 64, 60e6),
+    "T5-base": (12, 768, 3072, 12, 64, 220e6),
+    "T5-large": (24, 1024, 4096, 16, 64, 770e6),
+    "T5-3B": (24, 1024, 16384, 32, 128, 3e9),
+    "T5-11B": (24, 1024, 65536, 128, 128, 11e9),
+}
+
