@@ -25,7 +25,6 @@ from coursekit.models.gpt import GPT, PUBLISHED, gpt_parameters, gpt_to_hf, hf_s
 from coursekit.transformer import ACTIVATIONS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
 
 
 def spread_gpt(vocab=61, d_model=32, n_heads=4, n_layers=2, max_len=24, seed=0) -> GPT:

@@ -36,6 +36,21 @@ def test_seed_everything_reproduces():
     torch.testing.assert_close(a, torch.randn(4))
 
 
+def test_coursekit_seed_moves_every_seeded_draw(monkeypatch):
+    monkeypatch.delenv("COURSEKIT_SEED", raising=False)
+    assert coursekit.seed(7) == 7 and coursekit.seed_everything(3) == 3
+    book = torch.randn(4)
+    monkeypatch.setenv("COURSEKIT_SEED", "0")
+    assert coursekit.seed_everything(3) == 3
+    torch.testing.assert_close(torch.randn(4), book)  # draw 0 is the book's own run
+    monkeypatch.setenv("COURSEKIT_SEED", "2")
+    assert coursekit.seed(7) == 2007 and coursekit.seed_everything(3) == 2003
+    assert not torch.allclose(torch.randn(4), book)
+    monkeypatch.setenv("COURSEKIT_SEED", "-1")
+    with pytest.raises(ValueError, match="COURSEKIT_SEED"):
+        coursekit.seed(0)
+
+
 def test_fit_learns_a_linear_map_and_records_history():
     coursekit.seed_everything(0)
     w = torch.tensor([[2.0, -1.0]])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["device", "seed_everything", "profile", "by_profile"]
+__all__ = ["device", "seed", "seed_everything", "profile", "by_profile"]
 __version__ = "0.1.0"
 
 PROFILES = ("quick", "full")
@@ -27,8 +27,27 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def seed_everything(seed: int = 0) -> None:
+def seed(base: int = 0) -> int:
+    """The seed a chapter uses where its code says ``base``.
+
+    Normally ``base`` itself. ``COURSEKIT_SEED=k`` (k = 0, 1, 2, ...) asks for the k-th draw of
+    every seeded experiment, ``base + 1000 k``, so that a notebook can be re-run under other
+    initialisations and data streams: a result the book asserts must hold under every draw, not
+    only the one the chapter was written with (``coursekit validate --seeds 0-4``). k = 0 is the
+    book's own run.
+    """
+    chosen = os.environ.get("COURSEKIT_SEED", "").strip()
+    if not chosen:
+        return base
+    if not chosen.isdigit():
+        raise ValueError(f"COURSEKIT_SEED={chosen!r}: expected a whole number >= 0")
+    return base + 1000 * int(chosen)
+
+
+def seed_everything(base: int = 0) -> int:
     """Seed Python, NumPy and PyTorch (CPU and CUDA) so a chapter is reproducible on one machine.
+
+    The seed used is ``coursekit.seed(base)`` (``COURSEKIT_SEED`` moves it), and is returned.
 
     In the quick profile it also runs PyTorch on one CPU thread: the book's models are too small
     to gain from intra-op threads, results do not depend on the thread count, and on a busy
@@ -37,11 +56,13 @@ def seed_everything(seed: int = 0) -> None:
     import numpy as np
     import torch
 
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    used = seed(base)
+    random.seed(used)
+    np.random.seed(used)
+    torch.manual_seed(used)
     if profile() == "quick":
         torch.set_num_threads(1)
+    return used
 
 
 def profile() -> str:

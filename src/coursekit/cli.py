@@ -1,4 +1,4 @@
-"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade``, ``book``."""
+"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade``, ``book``, ``validate``."""
 
 from __future__ import annotations
 
@@ -125,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("book", help="build the book (instructor or student edition)",
                             description=book.build_help())
     book.add_arguments(p)
+
+    from coursekit import validate  # nbval over both editions, any profile, any seeds
+
+    p = commands.add_parser("validate", help="run every chapter under nbval in a profile and seeds",
+                            description=validate.__doc__.split("\n\n")[0])
+    validate.add_arguments(p)
+    p.set_defaults(run=validate.main)
 
     args = parser.parse_args(argv)
     return args.run(args)

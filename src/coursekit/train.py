@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,12 @@ class History:
                 total -= self.loss[i - window]
             out.append(total / min(i + 1, window))
         return out
+
+
+def warmup_cosine(steps: int, warmup: int) -> Callable[[int], float]:
+    """The learning-rate factor at step s = 1..steps: linear warm-up over ``warmup`` steps, then
+    half a cosine from 1 down to 0 at ``steps``, ``min(1, s/warmup) * (1 + cos(π s/steps)) / 2``."""
+    return lambda s: min(1.0, s / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
 
 
 def fit(

@@ -1,0 +1,87 @@
+"""``coursekit validate``: seeds parsed, nbval run per notebook, a cell that fails is reported."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from coursekit import validate
+
+
+def test_parse_seeds():
+    assert validate.parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert validate.parse_seeds("0,2, 5-6") == [0, 2, 5, 6]
+    with pytest.raises(ValueError, match="--seeds"):
+        validate.parse_seeds("a-b")
+
+
+def test_every_chapter_in_both_editions_in_book_order():
+    paths = validate.notebooks(None, ["instructor", "student"])
+    assert len(paths) == 2 * len(list((validate.ROOT / "solutions").glob("*.ipynb")))
+    assert [p.parent.name for p in paths[:2]] == ["solutions", "notebooks"]
+    assert [p.name for p in validate.notebooks(["02b"], ["student"])] == [
+        "02b_attention_length_and_images.ipynb"]
+    with pytest.raises(ValueError, match="no chapter"):
+        validate.notebooks(["99"], ["student"])
+
+
+def _notebook(path, *sources):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_run_one_counts_cells_and_sees_the_seed(tmp_path):
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    good = _notebook(folder / "good.ipynb", "import os, coursekit",
+                     "assert coursekit.seed(1) == 3001, coursekit.seed(1)")
+    run = validate.run_one(good, "quick", 3, 60, ("cpu", "x"))
+    assert (run.cells_passed, run.cells_failed, run.ok) == (2, 0, True), run.failure
+    assert (run.notebook, run.edition, run.seed) == ("good", "instructor", 3)
+
+    bad = _notebook(folder / "bad.ipynb", "x = 1", "assert x == 2, 'the claim is false'", "y = 3")
+    run = validate.run_one(bad, "quick", 0, 60, ("cpu", "x"))
+    assert not run.ok and run.cells_failed >= 1
+    assert "the claim is false" in run.failure
+
+
+def test_validate_writes_the_report(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    nb = _notebook(folder / "one.ipynb", "import coursekit; print(coursekit.profile())",
+                   "acc = 0.9 - 0.1 * coursekit.seed(0) / 1000\nassert acc > 0.5 and acc <= 1, acc",
+                   "def f(n):\n    assert n < 3\n[f(n) for n in range(3)]")
+    monkeypatch.setattr(validate, "notebooks", lambda only, editions: [nb])
+    report = tmp_path / "report.json"
+    runs = validate.validate("full", [0, 1], ["instructor"], report=report)
+    assert [r.ok for r in runs] == [True, True]
+    data = json.loads(report.read_text())
+    assert data["passed"] and data["profile"] == "full" and data["seeds"] == [0, 1]
+    assert [r["seed"] for r in data["runs"]] == [0, 1]
+    assert {"device", "torch", "seconds", "cells_passed", "cells_failed"} <= set(data["runs"][0])
+    assert "[  2/2]" in capsys.readouterr().out
+    # every numeric assertion's margin, per seed: the tightest of a repeated one
+    rows = {row["assert"]: row for row in data["margins"]}
+    assert set(rows) == {"acc > 0.5", "acc <= 1", "n < 3"}
+    assert rows["acc > 0.5"]["per_seed"]["1"]["values"] == pytest.approx([0.8, 0.5])
+    assert rows["acc > 0.5"]["min_margin"] == pytest.approx(0.3)
+    assert rows["acc > 0.5"]["max_margin"] == pytest.approx(0.4)
+    assert rows["n < 3"]["min_margin"] == pytest.approx(1)
+    assert "`acc > 0.5`" in (tmp_path / "margins.md").read_text()
+
+
+def test_margins_do_not_change_what_an_assertion_decides():
+    import ast
+
+    from coursekit import margins
+
+    source = "x = 2\nassert x > 1 and x < 3, 'ok'\nassert 0 < x <= 1, 'x is out of range'\n"
+    tree = ast.fix_missing_locations(margins._Rewrite().visit(ast.parse(source)))
+    with pytest.raises(AssertionError, match="x is out of range"):
+        exec(compile(tree, "cell", "exec"), {"__coursekit_record": margins.record})
+    assert margins.margin([2.0, 1.0], [">"]) == 1.0
+    assert margins.margin([0.0, 2.0, 1.0], ["<", "<="]) == -1.0
