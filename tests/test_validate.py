@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -56,8 +57,9 @@ def test_validate_writes_the_report(tmp_path, monkeypatch, capsys):
                    "acc = 0.9 - 0.1 * coursekit.seed(0) / 1000\nassert acc > 0.5 and acc <= 1, acc",
                    "def f(n):\n    assert n < 3\n[f(n) for n in range(3)]")
     monkeypatch.setattr(validate, "notebooks", lambda only, editions: [nb])
+    monkeypatch.chdir(tmp_path)
     report = tmp_path / "report.json"
-    runs = validate.validate("full", [0, 1], ["instructor"], report=report)
+    runs = validate.validate("full", [0, 1], ["instructor"], report=Path("report.json"))
     assert [r.ok for r in runs] == [True, True]
     data = json.loads(report.read_text())
     assert data["passed"] and data["profile"] == "full" and data["seeds"] == [0, 1]

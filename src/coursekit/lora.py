@@ -296,10 +296,12 @@ def train_task(model: nn.Module, task: str, steps: int, lr: float = 3e-3, batch_
                seed: int = 0, desc: str = "training"):
     """Train the parameters of ``model`` that require a gradient on ``task`` (AdamW, coursekit's
     :func:`~coursekit.train.fit`); -> (the loss history, the optimizer, whose state holds two
-    tensors the size of each trained parameter)."""
+    tensors the size of each trained parameter). ``COURSEKIT_SEED`` moves ``seed``
+    (:func:`coursekit.seed`)."""
+    from coursekit import seed as draw
     from coursekit.train import fit
 
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(draw(seed))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     history = fit(model, task_loss, lambda step: digit_task(task, batch_size, generator),
@@ -316,10 +318,11 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 def pretrained_model(steps: int = 100, seed: int = 0) -> nn.Module:
     """The chapter's base model: a 2-layer TinyTransformer encoder (d_model 64, 4 heads)
-    pre-trained on ``reverse``."""
+    pre-trained on ``reverse``. ``COURSEKIT_SEED`` moves ``seed`` (:func:`coursekit.seed`)."""
+    from coursekit import seed as draw
     from coursekit.models.tiny_transformer import TinyTransformer
 
-    torch.manual_seed(seed)
+    torch.manual_seed(draw(seed))
     model = TinyTransformer(10, d_model=64, n_heads=4, n_layers=2, max_len=SEQ_LEN, causal=False)
     train_task(model, "reverse", steps, lr=3e-3, seed=seed, desc="pre-training on reverse")
     return model.eval()

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,7 @@ def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tupl
 
 
 def _tail(text: str, lines: int = 6) -> str:
+    text = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text)  # colours, raw or as JUnit XML escapes them
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(kept[-lines:])
 
@@ -151,7 +153,7 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
     runs: list[Run] = []
     start = time.perf_counter()
 
-    logs = (report or Path(tempfile.mkdtemp())).parent / "asserts"
+    logs = (report or Path(tempfile.mkdtemp())).resolve().parent / "asserts"  # kernels run elsewhere
 
     def one(item: tuple[int, Path]) -> Run:
         seed, path = item
