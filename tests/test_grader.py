@@ -695,6 +695,27 @@ def test_both_editions_of_every_chapter_through_the_batch_grader(tmp_path):
                 failing
 
 
+def test_a_notebook_without_exercises_is_not_scored_unless_the_chapter_is_asked_for(tmp_path):
+    """06b_encoder_decoder and 02b_... hold no exercises: submitted alone, each is reported as
+    such (no score, a note naming where the chapter's exercises are), never as 0 / 13. With
+    ``--chapter`` it is graded as the chapter, as asked."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ("06b_encoder_decoder.ipynb", "02b_attention_length_and_images.ipynb"):
+        shutil.copy(ROOT / "notebooks" / name, subs / name)
+    records = {r["extra_data"]["coursekit"]["submission"]: r
+               for r in grade([subs], tmp_path / "out", jobs=1, stream=None).records}
+    for name, chapter in (("06b_encoder_decoder", "06"), ("02b_attention_length_and_images", "02")):
+        record = next(r for key, r in records.items() if key.startswith(name))
+        meta = record["extra_data"]["coursekit"]
+        assert record["score"] == record["max_score"] == 0 and not meta["exercises"], meta
+        assert not meta["problems"] and not meta["harness_errors"]
+        assert any(f"exercises are in {chapter}a" in note for note in meta["notes"]), meta["notes"]
+    forced = grade([subs / "06b_encoder_decoder.ipynb"], tmp_path / "forced", jobs=1,
+                   chapter="06", stream=None).records[0]
+    assert forced["max_score"] > 0 and forced["score"] == 0
+
+
 def test_a_split_chapter_grades_each_notebook_on_its_own_exercises():
     """A chapter whose exercises span notebooks (07a_gpt, 07b_bert, ...): a submission is graded
     on its notebook's exercises, read from its tagged cells or else its file name; a chapter

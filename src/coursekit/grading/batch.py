@@ -195,6 +195,13 @@ def _chapter_for(ctx: Context, parsed, filename: str, default: str | None,
     return named if named and ctx.chapter(named) else default
 
 
+def _has_no_exercises(ctx: Context, key: str | None) -> bool:
+    """A later notebook of a chapter that keeps all its exercises in its first one (02b, 06b):
+    graded by its file name, it would answer its chapter's exercises, which live elsewhere."""
+    return (key is not None and len(key) == 3 and key[2] != "a"
+            and not any(s.notebook == key for s in ctx.suites.values()))
+
+
 def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
                      problem: str | None, chapter: str | None,
                      slot: int) -> report.SubmissionResult:
@@ -216,6 +223,13 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         return result
     result.notes += parsed.notes
     codes, missing = plan(parsed, [(s.exercise, s.name) for s in suites])
+    if _has_no_exercises(ctx, chapter) and len(missing) == len(suites):
+        result.notes.append(
+            f"This notebook ({chapter}) has no exercises of its own: chapter {chapter[:2]}'s "
+            f"exercises are in {chapter[:2]}a. Nothing was graded and no score is given; "
+            f"`--chapter {chapter[:2]}` grades it as the whole chapter.")
+        result.seconds = time.monotonic() - start
+        return result
     result.notes += [c.note for c in codes.values() if c.note]
     provided = provided_names([c.source for c in parsed.cells], ctx.suites)
     session = Session(ctx, slot, start + ctx.limits.timeout, provided)
