@@ -229,6 +229,57 @@ def test_the_batch_grader_grades_07b_on_its_own_exercise(tmp_path):
     assert suite.mutants[0].hint in outputs, "the batch grader names the bug as check() does"
 
 
+def _draws(*, one_id=False, below=None, global_rng=False, own_generator=False):
+    """Right rates, wrong draws: what 8 rate statistics alone would pass."""
+
+    def mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):
+        if global_rng:
+            generator = None
+        if own_generator:  # a fresh, unseeded stream of its own: not reproducible
+            generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+            torch.manual_seed(torch.initial_seed())  # and the global state put back as found
+        picked = (torch.rand(ids.shape, generator=generator) < p) & ~special
+        draw = torch.rand(ids.shape, generator=generator)
+        shape = (1,) if one_id else ids.shape
+        random_ids = torch.randint(below or vocab_size, shape, generator=generator).expand(ids.shape)
+        inputs = torch.where(picked & (draw < 0.8), mask_id, ids)
+        inputs = torch.where(picked & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
+        return inputs, torch.where(picked, ids, -100)
+
+    return mask_tokens
+
+
+@pytest.mark.parametrize("wrong, observed", [
+    (_draws(one_id=True), "not spread uniformly over all `vocab_size` ids"),
+    (_draws(below=MASK_ID), "not spread uniformly over all `vocab_size` ids"),
+    (_draws(below=VOCAB_SIZE // 2), "not spread uniformly over all `vocab_size` ids"),
+    (_draws(global_rng=True), "returned different results"),
+])
+def test_what_a_random_exercise_draws_is_graded_not_only_how_often(wrong, observed):
+    """Class 5 of the bug classes: one replacement id for the batch, ids from a narrower range,
+    the generator ignored. Each passes the eight rates; each fails on what it draws, and the hint
+    says what was observed, not a guessed cause."""
+    from coursekit.grading.registry import get_suite
+    from coursekit.grading.suite import run_suite
+
+    result = run_suite(get_suite("07.3"), wrong)
+    assert result.status == "failed" and observed in result.hint, result.hint
+    rates_only = [c.outputs[0][:8] for c in result.cases]
+    references = [get_suite("07.3").run(get_suite("07.3").reference, get_suite("07.3").inputs(i))[:8]
+                  for i in range(len(result.cases))]
+    assert all(torch.allclose(a, b, atol=0.02) for a, b in zip(rates_only, references, strict=True)), \
+        "the eight rates alone would have passed it"
+
+
+def test_the_draw_checks_have_no_false_alarms_on_right_implementations():
+    from coursekit.grading.registry import get_suite
+    from coursekit.grading.suite import run_suite
+
+    suite = get_suite("07.3")
+    for right in (suite.reference, suite.solution, _draws()):
+        assert run_suite(suite, right).status == "passed"
+
+
 def test_check_leaves_the_global_random_stream_alone():
     """The suite forks the global RNG, so a chapter's later results do not depend on check()."""
     from coursekit.grading.registry import get_suite

@@ -595,6 +595,16 @@ def test_protocol_round_trips_tensors_and_values():
     assert back[9] is torch.float16 and back[10] == torch.device("cpu")
 
 
+def test_protocol_sends_a_generator_as_a_copy_of_its_state():
+    """Random exercises take a ``generator``: the worker gets one in the same state (a copy)."""
+    g = torch.Generator().manual_seed(5)
+    encoder = protocol.Encoder()
+    message, blobs = protocol.unpack(protocol.pack({"value": encoder(g)}, encoder.blobs)[4:])
+    copy = protocol.Decoder(blobs)(message["value"])
+    assert type(copy) is torch.Generator and copy is not g
+    assert torch.equal(torch.rand(4, generator=copy), torch.rand(4, generator=g))
+
+
 def _tensor_message(dtype="float32", shape=(2,), blob=b"\0" * 8, **extra):
     return protocol.pack({"value": {"t": [dtype, list(shape), 0], **extra}}, [blob])
 
@@ -609,6 +619,8 @@ def _tensor_message(dtype="float32", shape=(2,), blob=b"\0" * 8, **extra):
     (protocol.pack({"value": {"zz": 1}}), "unknown value kind"),
     (protocol.pack({"value": json.loads("[" * 40 + "]" * 40)}), "malformed value"),
     (protocol.pack({"value": {"l": [{"l": []}] * 3}}, []), None),
+    (protocol.pack({"value": {"g": 7}}), "malformed generator state"),
+    (protocol.pack({"value": {"g": {"t": ["uint8", [8], 0]}}}, [b"\0" * 8]), "malformed generator state"),
 ])
 def test_protocol_decoder_refuses_forged_values(frame, error):
     message, blobs = protocol.unpack(frame[4:])

@@ -74,6 +74,7 @@ def test_validate_writes_the_report(tmp_path, monkeypatch, capsys):
     assert rows["acc > 0.5"]["max_margin"] == pytest.approx(0.4)
     assert rows["n < 3"]["min_margin"] == pytest.approx(1)
     assert "`acc > 0.5`" in (tmp_path / "margins.md").read_text()
+    assert "| one | instructor | 2/2 |" in (tmp_path / "summary.md").read_text()
 
 
 def test_margins_do_not_change_what_an_assertion_decides():

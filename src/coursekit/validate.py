@@ -185,7 +185,21 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
             "total_seconds": round(total, 1), "passed": not failed,
             "runs": [asdict(r) | {"ok": r.ok} for r in runs], "margins": table}, indent=1) + "\n")
         (report.parent / "margins.md").write_text(margins_markdown(table, profile))
+        (report.parent / "summary.md").write_text(summary_markdown(runs))
     return runs
+
+
+def summary_markdown(runs: list[Run]) -> str:
+    """One row per notebook and edition: runs passed over the seeds, and their times."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in runs:
+        groups.setdefault((run.notebook, run.edition), []).append(run)
+    lines = ["| notebook | edition | seeds passed | seconds (min–max) |", "| --- | --- | ---: | ---: |"]
+    for (notebook, edition), group in groups.items():
+        ok = sum(r.ok for r in group)
+        times = [r.seconds for r in group]
+        lines.append(f"| {notebook} | {edition} | {ok}/{len(group)} | {min(times):.0f}–{max(times):.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def assert_margins(runs: list[Run]) -> list[dict]:

@@ -211,6 +211,8 @@ class Encoder:
             return {"dt": str(value).removeprefix("torch.")}
         if kind is torch.device:
             return {"dev": str(value)}
+        if kind is torch.Generator and value.device.type == "cpu":  # its state; a copy arrives
+            return {"g": self(value.get_state(), depth + 1)}
         if self.handle_ref is not None:
             ref = self.handle_ref(value)
             if ref is not None:
@@ -324,6 +326,16 @@ class Decoder:
             return DTYPES[body]
         if key == "dev" and type(body) is str and len(body) < 32:
             return torch.device(body)
+        if key == "g":
+            state = self(body, depth + 1)
+            if type(state) is not torch.Tensor or state.dtype != torch.uint8 or state.dim() != 1:
+                raise ProtocolError("malformed generator state")
+            generator = torch.Generator()
+            try:
+                generator.set_state(state.clone())
+            except (RuntimeError, ValueError) as err:
+                raise ProtocolError(f"malformed generator state: {err}") from None
+            return generator
         if key == "h" and self.handle is not None:
             if (type(body) is not list or len(body) != 2 or type(body[0]) is not int
                     or type(body[1]) is not str):

@@ -71,6 +71,10 @@ class Suite:
     # ("07b" for 07b_bert.ipynb). The registry sets it from the suites module's name (``ch07b``);
     # empty for a chapter whose exercises all live in its first notebook.
     notebook: str = ""
+    # ``observe(expected, got) -> str``: what is observably wrong in a failing case's outputs
+    # (which output, which way), said without guessing a cause; used when no mutant reproduces
+    # the submission. Empty when it sees nothing it can describe.
+    observe: Callable[[Outputs, Outputs], str] | None = None
 
     @property
     def chapter(self) -> str:
@@ -364,7 +368,8 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
     1. Arguments modified in place: the hint names them.
     2. A mutant that reproduces the submission on every visible case, passes and failures
        alike: its hint names the bug.
-    3. Otherwise the failing cases speak. When only probing cases (cases with a hint) fail, the
+    3. A suite that can read its outputs (``observe``) says what is observably wrong.
+    4. Otherwise the failing cases speak. When only probing cases (cases with a hint) fail, the
        first of them names the property at fault; when a plain case fails too, the bug is not
        specific to one property and the suite's general advice is given. An exception's message
        comes first either way.
@@ -379,6 +384,12 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
     for mutant in suite.mutants:
         if all(_reproduces(suite, mutant, i, results[i]) for i in visible):
             return mutant.hint
+    if suite.observe is not None:
+        seen = next((text for i in failed if results[i].outputs is not None
+                     and (text := suite.observe(reference_outputs(suite, i), results[i].outputs))),
+                    "")
+        if seen:
+            return f"{sentence(seen)} {sentence(suite.hint or ADVICE)}"
     probes = [i for i in failed if suite.cases[i].hint]
     general = suite.hint or ADVICE
     advice = suite.cases[probes[0]].hint if probes and len(probes) == len(failed) else general

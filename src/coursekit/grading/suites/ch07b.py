@@ -17,11 +17,20 @@ noisiest rate at these batch sizes):
     5  among picked positions, the share whose label is not the original  = 0
     6  among unpicked positions, the share whose input was changed        = 0
     7  the share of inputs outside the vocabulary [0, vocab_size)          = 0
+
+and three verdicts (1 yes, 0 no) on what it draws, not only how often:
+
+    8  called twice with generators seeded alike, it returns the same (inputs, labels)
+    9  it leaves the global random state untouched (it draws from ``generator`` only)
+   10  its random replacements are spread uniformly over [0, vocab_size): a χ² test over
+       ten equal bins of ids, false-alarm rate 10⁻⁶ (one replacement id for the whole batch,
+       or ids drawn from a narrower range, fail it)
 """
 
 from __future__ import annotations
 
 import torch
+from scipy.stats import chi2
 
 from coursekit.data import bert_inputs
 from coursekit.grading.suite import Case, Mutant, OutputError, Suite
@@ -88,14 +97,66 @@ def statistics(result, ids, special, mask_id, vocab_size) -> torch.Tensor:
     ], dtype=torch.float64)
 
 
+BINS = 10
+CRITICAL = float(chi2.isf(1e-6, BINS - 1))  # χ² with 9 degrees of freedom, false alarms 10⁻⁶
+NAMES = ["the share of non-special positions picked", "the share of special positions picked",
+         "among picked positions, the share that became [MASK]",
+         "among picked positions, the share left unchanged",
+         "among picked positions, the share given another token",
+         "among picked positions, the share whose label is not the original id",
+         "among positions not picked, the share whose input was changed",
+         "the share of inputs outside [0, vocab_size)"]
+
+
+def uniform_replacements(result, ids, mask_id, vocab_size) -> bool:
+    """Whether the replacement ids (picked positions neither [MASK] nor unchanged) pass a χ²
+    test of uniformity over ten equal bins of [0, vocab_size)."""
+    inputs, labels = result
+    replaced = inputs[(labels != IGNORE) & (inputs != mask_id) & (inputs != ids)]
+    replaced = replaced[(replaced >= 0) & (replaced < vocab_size)]
+    if len(replaced) < 20 * BINS:
+        return False
+    counts = torch.bincount(replaced * BINS // vocab_size, minlength=BINS).double()
+    expected = len(replaced) / BINS
+    return float(((counts - expected) ** 2 / expected).sum()) < CRITICAL
+
+
 def run_mask_tokens(fn, args):
-    """Call the submission without a generator (on the global RNG, forked and seeded, so the
-    caller's stream is untouched) and reduce its outputs to statistics."""
+    """Call the submission twice with generators seeded alike, watching the global random state;
+    reduce what it returned to the eleven numbers of the module docstring."""
     ids, special, mask_id, vocab_size, p = args
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # whatever it does, the caller's stream is kept
         torch.manual_seed(0)
-        result = fn(ids, special, mask_id, vocab_size, p=p)
-    return statistics(result, ids, special, mask_id, vocab_size)
+        before = torch.random.get_rng_state()
+        result = fn(ids, special, mask_id, vocab_size, generator=torch.Generator().manual_seed(1),
+                    p=p)
+        untouched = torch.equal(torch.random.get_rng_state(), before)
+        again = fn(ids, special, mask_id, vocab_size, generator=torch.Generator().manual_seed(1),
+                   p=p)
+    rates = statistics(result, ids, special, mask_id, vocab_size)
+    same = all(torch.equal(a, b) for a, b in zip(result, again, strict=True))
+    verdicts = [same, untouched, uniform_replacements(result, ids, mask_id, vocab_size)]
+    return torch.cat([rates, torch.tensor(verdicts, dtype=torch.float64)])
+
+
+def observe(expected, got) -> str:
+    """What the eleven numbers show, without guessing why."""
+    want, have = expected[0], got[0]
+    if have[8] < want[8]:
+        return ("Called twice with generators seeded alike, your function returned different "
+                "results: some of its random numbers do not come from `generator`")
+    if have[9] < want[9]:
+        return ("Your function changed the global random state: it drew random numbers "
+                "without `generator=generator`")
+    off = [i for i in range(8) if abs(float(have[i] - want[i])) > 0.02]
+    if off:
+        i = off[0]
+        return f"{NAMES[i]} is {float(have[i]):.3f}; it should be {float(want[i]):.3f}"
+    if have[10] < want[10]:
+        return ("The ids that replace picked tokens are not spread uniformly over all "
+                "`vocab_size` ids (a χ² test over ten bins rejects it at a false-alarm rate of "
+                "10⁻⁶): each replaced position should get its own draw from [0, vocab_size)")
+    return ""
 
 
 # ----------------------------------------------------------------------------- cases
@@ -139,10 +200,11 @@ CASES = [
 
 
 def _mutant(*, rate=None, mask_share=0.8, random_of_rest=0.5, labels="picked", specials=False,
-            split_all=False, mask_id_fixed=None, ):
+            split_all=False, mask_id_fixed=None, one_id=False, below=None, global_rng=False):
     """A wrong ``mask_tokens``; the defaults give a right one."""
 
     def mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):
+        generator = None if global_rng else generator
         mask_id = mask_id if mask_id_fixed is None else mask_id_fixed
         picked = torch.rand(ids.shape, generator=generator) < (p if rate is None else rate)
         if not specials:
@@ -150,7 +212,8 @@ def _mutant(*, rate=None, mask_share=0.8, random_of_rest=0.5, labels="picked", s
         scope = ~special if split_all else picked
         to_mask = scope & (torch.rand(ids.shape, generator=generator) < mask_share)
         to_random = scope & ~to_mask & (torch.rand(ids.shape, generator=generator) < random_of_rest)
-        random_ids = torch.randint(vocab_size, ids.shape, generator=generator)
+        random_ids = torch.randint(below or vocab_size, (1,) if one_id else ids.shape,
+                                   generator=generator).expand(ids.shape)
         inputs = torch.where(to_mask, mask_id, ids)
         inputs = torch.where(to_random, random_ids, inputs)
         label = {"picked": torch.where(picked, ids, IGNORE),
@@ -212,6 +275,7 @@ SUITES = [
         mutants=MUTANTS,
         atol=0.02,
         rtol=0.0,
+        observe=observe,
         hint="Pick each non-special position with probability p (labels: the original id "
              "there, -100 elsewhere); of the picked ones, 80 % become [MASK], 10 % a random id "
              "in [0, vocab_size), 10 % stay unchanged.",
