@@ -595,6 +595,41 @@ def test_protocol_round_trips_tensors_and_values():
     assert back[9] is torch.float16 and back[10] == torch.device("cpu")
 
 
+@pytest.mark.parametrize("wrong, observed", [
+    (lambda e: -e, "is the expected one negated"),
+    (lambda e: e.transpose(-1, -2), "is the transpose of the expected one"),
+    (lambda e: 8 * e, "is the expected one times 8 (√64), everywhere"),
+    (lambda e: e / 2, "is the expected one times 0.5, everywhere"),
+    (lambda e: torch.cat([torch.zeros_like(e[:, :1]), e[:, :-1]], 1), "one position later along axis 1"),
+    (lambda e: e.flip(-1), "has the expected values along its last axis, in another order"),
+    (lambda e: torch.where(torch.arange(5)[:, None] == 3, 0.0, e), "right in 12 of its 15 rows"),
+    (lambda e: e + 1, ""),
+])
+def test_relation_observes_what_a_wrong_output_is(wrong, observed):
+    """Hints that generalise: what relates a wrong output to the expected one, for code nobody
+    foresaw, stated as an observation (never a cause)."""
+    from coursekit.grading.suite import relation
+
+    expected = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(0))
+    said = relation([expected], [wrong(expected)])
+    assert (observed in said) if observed else said == "", said
+    assert relation([expected], [expected.clone()]) == ""
+
+
+def test_an_unforeseen_bug_gets_the_observation_first():
+    from coursekit.grading.registry import get_suite
+    from coursekit.grading.suite import run_suite
+
+    suite = get_suite("03.1")
+
+    def negated(*args, **kwargs):
+        out, weights = suite.solution(*args, **kwargs)
+        return -out, weights
+
+    hint = run_suite(suite, negated).hint
+    assert hint.startswith("In the case '") and "output 0 is the expected one negated" in hint, hint
+
+
 def test_protocol_sends_a_generator_as_a_copy_of_its_state():
     """Random exercises take a ``generator``: the worker gets one in the same state (a copy)."""
     g = torch.Generator().manual_seed(5)

@@ -299,6 +299,63 @@ def in_place_hint(names: Sequence[str]) -> str:
             "a new tensor instead: `x = x + y`, `x = x / s`, `m = m | mask`.")
 
 
+def _close(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> bool:
+    return a.shape == e.shape and torch.allclose(a, e, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 1e-4) -> str:
+    """What relates a wrong output to the expected one, when something simple does: negated,
+    transposed, a constant factor, shifted by one position, the same values in another order
+    along the last axis, or only some rows wrong. An observation, never a guess at the cause;
+    empty when none applies."""
+    for k, (e, a) in enumerate(zip(expected, got, strict=False)):
+        if (type(a) is not torch.Tensor or not e.is_floating_point() or a.dtype != e.dtype
+                or a.numel() < 2):
+            continue
+        e, a = e.detach().double().cpu(), a.detach().double().cpu()
+        if not (torch.isfinite(a).all() and torch.isfinite(e).all()) or _close(a, e, atol, rtol):
+            continue
+        label = f"output {k}" if len(expected) > 1 else "your output"
+        tol = dict(atol=10 * atol, rtol=10 * rtol)
+        if _close(a, -e, **tol):
+            return f"{label} is the expected one negated"
+        if e.dim() >= 2 and _close(a, e.transpose(-1, -2), **tol):
+            return f"{label} is the transpose of the expected one (its last two axes swapped)"
+        if a.shape == e.shape and float((e * e).sum()) > 0:
+            c = float((a * e).sum() / (e * e).sum())
+            if abs(c - 1) > 1e-3 and _close(a, c * e, **tol):
+                big = c * c if c > 1 else 1 / (c * c)  # a square root, such as √d, is named
+                named = (f" ({'' if c > 1 else '1 / '}√{round(big)})"
+                         if abs(big - round(big)) < 1e-3
+                         and (round(big) >= 16 or abs(big ** 0.5 - round(big ** 0.5)) > 1e-3)
+                         else "")
+                return f"{label} is the expected one times {c:.4g}{named}, everywhere"
+        if a.shape == e.shape:
+            for axis in range(a.dim()):
+                n = a.shape[axis]
+                if n > 2:
+                    for lag, way in ((1, "later"), (-1, "earlier")):
+                        src = e.narrow(axis, 0, n - 1) if lag == 1 else e.narrow(axis, 1, n - 1)
+                        dst = a.narrow(axis, 1, n - 1) if lag == 1 else a.narrow(axis, 0, n - 1)
+                        if _close(dst, src, **tol):
+                            return (f"{label} holds the expected values one position {way} along "
+                                    f"axis {axis} (shifted by one)")
+            if _close(a.sort(-1).values, e.sort(-1).values, **tol):
+                return (f"{label} has the expected values along its last axis, in another "
+                        "order")
+            if a.dim() >= 2:
+                rows_a, rows_e = a.reshape(-1, a.shape[-1]), e.reshape(-1, e.shape[-1])
+                bad = ~torch.isclose(rows_a, rows_e, atol=atol, rtol=rtol).all(-1)
+                if 0 < int(bad.sum()) <= bad.numel() // 2:
+                    first = tuple(int(i) for i in torch.unravel_index(
+                        bad.nonzero()[0, 0], a.shape[:-1]))
+                    return (f"{label} is right in {int((~bad).sum())} of its {bad.numel()} rows "
+                            f"(along the last axis) and wrong in the others, the first at index "
+                            f"{first}")
+        return ""
+    return ""
+
+
 def reference_outputs(suite: Suite, index: int) -> Outputs:
     with torch.no_grad():
         return [t.detach() for t in as_outputs(suite.run(suite.reference, suite.inputs(index)))]
@@ -369,9 +426,12 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
     2. A mutant that reproduces the submission on every visible case, passes and failures
        alike: its hint names the bug.
     3. A suite that can read its outputs (``observe``) says what is observably wrong.
-    4. Otherwise the failing cases speak. When only probing cases (cases with a hint) fail, the
-       first of them names the property at fault; when a plain case fails too, the bug is not
-       specific to one property and the suite's general advice is given. An exception's message
+    4. Otherwise the failing cases speak. What relates the first failing output to the expected
+       one (negated, transposed, a constant factor, shifted by one, reordered, some rows wrong;
+       :func:`relation`) is stated first, as an observation. When only probing cases (cases
+       with a hint) fail, the first of them names the property at fault; when a plain case
+       fails too, the bug is not specific to one property and the suite's general advice is
+       given. An exception's message
        comes first either way.
     """
     visible = [i for i in range(len(results)) if i not in hidden]
@@ -390,6 +450,12 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                     "")
         if seen:
             return f"{sentence(seen)} {sentence(suite.hint or ADVICE)}"
+    # what relates the first failing case's output to the expected one, said as an observation
+    first = next((i for i in failed if results[i].outputs is not None), None)
+    related = "" if first is None else relation(reference_outputs(suite, first),
+                                                 results[first].outputs, suite.atol, suite.rtol)
+    observed = (f"In the case '{suite.cases[first].name}', {sentence(related)} "
+                if related else "")
     probes = [i for i in failed if suite.cases[i].hint]
     general = suite.hint or ADVICE
     advice = suite.cases[probes[0]].hint if probes and len(probes) == len(failed) else general
@@ -406,7 +472,7 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                        and results[i].message.startswith("returned the wrong type")), None)
     if wrong_type is not None:
         return f"Your code {sentence(wrong_type.message)} {sentence(advice)}"
-    return advice
+    return observed + advice
 
 
 def run_case(suite: Suite, fn: Callable, index: int) -> Attempt:
