@@ -229,15 +229,14 @@ def test_the_batch_grader_grades_07b_on_its_own_exercise(tmp_path):
     assert suite.mutants[0].hint in outputs, "the batch grader names the bug as check() does"
 
 
-def _draws(*, one_id=False, below=None, global_rng=False, own_generator=False):
+def _draws(*, one_id=False, below=None, global_rng=False, own_seed=False):
     """Right rates, wrong draws: what 8 rate statistics alone would pass."""
 
     def mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):
         if global_rng:
             generator = None
-        if own_generator:  # a fresh, unseeded stream of its own: not reproducible
-            generator = torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
-            torch.manual_seed(torch.initial_seed())  # and the global state put back as found
+        if own_seed:  # reproducible, but deaf to the generator it is given
+            generator = torch.Generator().manual_seed(0)
         picked = (torch.rand(ids.shape, generator=generator) < p) & ~special
         draw = torch.rand(ids.shape, generator=generator)
         shape = (1,) if one_id else ids.shape
@@ -254,11 +253,12 @@ def _draws(*, one_id=False, below=None, global_rng=False, own_generator=False):
     (_draws(below=MASK_ID), "not spread uniformly over all `vocab_size` ids"),
     (_draws(below=VOCAB_SIZE // 2), "not spread uniformly over all `vocab_size` ids"),
     (_draws(global_rng=True), "returned different results"),
+    (_draws(own_seed=True), "seeded differently, your function returned exactly the same"),
 ])
 def test_what_a_random_exercise_draws_is_graded_not_only_how_often(wrong, observed):
     """Class 5 of the bug classes: one replacement id for the batch, ids from a narrower range,
-    the generator ignored. Each passes the eight rates; each fails on what it draws, and the hint
-    says what was observed, not a guessed cause."""
+    the generator ignored or replaced by a seed of its own. Each passes the eight rates; each
+    fails on what it draws, and the hint says what was observed, not a guessed cause."""
     from coursekit.grading.registry import get_suite
     from coursekit.grading.suite import run_suite
 

@@ -604,6 +604,8 @@ def test_protocol_round_trips_tensors_and_values():
     (lambda e: e.flip(-1), "has the expected values along its last axis, in another order"),
     (lambda e: torch.where(torch.arange(5)[:, None] == 3, 0.0, e), "right in 12 of its 15 rows"),
     (lambda e: e + 1, ""),
+    (lambda e: torch.zeros_like(e), "is zero everywhere"),
+    (lambda e: -0.0 * e, "is zero everywhere"),
 ])
 def test_relation_observes_what_a_wrong_output_is(wrong, observed):
     """Hints that generalise: what relates a wrong output to the expected one, for code nobody

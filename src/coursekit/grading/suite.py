@@ -321,9 +321,11 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
             return f"{label} is the expected one negated"
         if e.dim() >= 2 and _close(a, e.transpose(-1, -2), **tol):
             return f"{label} is the transpose of the expected one (its last two axes swapped)"
+        if not a.any():
+            return f"{label} is zero everywhere"
         if a.shape == e.shape and float((e * e).sum()) > 0:
             c = float((a * e).sum() / (e * e).sum())
-            if abs(c - 1) > 1e-3 and _close(a, c * e, **tol):
+            if abs(c - 1) > 1e-3 and abs(c) > 1e-3 and _close(a, c * e, **tol):
                 big = c * c if c > 1 else 1 / (c * c)  # a square root, such as √d, is named
                 named = (f" ({'' if c > 1 else '1 / '}√{round(big)})"
                          if abs(big - round(big)) < 1e-3
@@ -452,8 +454,11 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
             return f"{sentence(seen)} {sentence(suite.hint or ADVICE)}"
     # what relates the first failing case's output to the expected one, said as an observation
     first = next((i for i in failed if results[i].outputs is not None), None)
-    related = "" if first is None else relation(reference_outputs(suite, first),
-                                                 results[first].outputs, suite.atol, suite.rtol)
+    try:  # an observation is a bonus: whatever the outputs, it never stops the grading
+        related = "" if first is None else relation(reference_outputs(suite, first),
+                                                     results[first].outputs, suite.atol, suite.rtol)
+    except Exception:
+        related = ""
     observed = (f"In the case '{suite.cases[first].name}', {sentence(related)} "
                 if related else "")
     probes = [i for i in failed if suite.cases[i].hint]

@@ -21,7 +21,8 @@ noisiest rate at these batch sizes):
 and three verdicts (1 yes, 0 no) on what it draws, not only how often:
 
     8  called twice with generators seeded alike, it returns the same (inputs, labels)
-    9  it leaves the global random state untouched (it draws from ``generator`` only)
+    9  called with a generator seeded otherwise, it returns something else (its draws come
+       from ``generator``, not from a seed of its own)
    10  its random replacements are spread uniformly over [0, vocab_size): a χ² test over
        ten equal bins of ids, false-alarm rate 10⁻⁶ (one replacement id for the whole batch,
        or ids drawn from a narrower range, fail it)
@@ -122,20 +123,25 @@ def uniform_replacements(result, ids, mask_id, vocab_size) -> bool:
 
 
 def run_mask_tokens(fn, args):
-    """Call the submission twice with generators seeded alike, watching the global random state;
-    reduce what it returned to the eleven numbers of the module docstring."""
+    """Call the submission with generators seeded 1, 1 and 2 (a generator reaches the batch
+    grader's worker as a copy of its state); reduce what it returned to the eleven numbers of
+    the module docstring."""
     ids, special, mask_id, vocab_size, p = args
+
+    def call(seed):
+        return fn(ids, special, mask_id, vocab_size, generator=torch.Generator().manual_seed(seed),
+                  p=p)
+
     with torch.random.fork_rng(devices=[]):  # whatever it does, the caller's stream is kept
         torch.manual_seed(0)
-        before = torch.random.get_rng_state()
-        result = fn(ids, special, mask_id, vocab_size, generator=torch.Generator().manual_seed(1),
-                    p=p)
-        untouched = torch.equal(torch.random.get_rng_state(), before)
-        again = fn(ids, special, mask_id, vocab_size, generator=torch.Generator().manual_seed(1),
-                   p=p)
+        result, again, other = call(1), call(1), call(2)
     rates = statistics(result, ids, special, mask_id, vocab_size)
-    same = all(torch.equal(a, b) for a, b in zip(result, again, strict=True))
-    verdicts = [same, untouched, uniform_replacements(result, ids, mask_id, vocab_size)]
+
+    def equal(x, y):
+        return all(torch.equal(a, b) for a, b in zip(x, y, strict=True))
+
+    verdicts = [equal(result, again), not equal(result, other),
+                uniform_replacements(result, ids, mask_id, vocab_size)]
     return torch.cat([rates, torch.tensor(verdicts, dtype=torch.float64)])
 
 
@@ -146,8 +152,8 @@ def observe(expected, got) -> str:
         return ("Called twice with generators seeded alike, your function returned different "
                 "results: some of its random numbers do not come from `generator`")
     if have[9] < want[9]:
-        return ("Your function changed the global random state: it drew random numbers "
-                "without `generator=generator`")
+        return ("Called with a generator seeded differently, your function returned exactly the "
+                "same result: its random numbers do not come from `generator`")
     off = [i for i in range(8) if abs(float(have[i] - want[i])) > 0.02]
     if off:
         i = off[0]
