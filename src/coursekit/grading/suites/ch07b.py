@@ -150,10 +150,11 @@ def observe(expected, got) -> str:
     want, have = expected[0], got[0]
     if have[8] < want[8]:
         return ("Called twice with generators seeded alike, your function returned different "
-                "results: some of its random numbers do not come from `generator`")
+                "results: its output depends on something besides `generator` (such as the "
+                "global random state)")
     if have[9] < want[9]:
         return ("Called with a generator seeded differently, your function returned exactly the "
-                "same result: its random numbers do not come from `generator`")
+                "same result: what it draws does not depend on `generator`")
     off = [i for i in range(8) if abs(float(have[i] - want[i])) > 0.02]
     if off:
         i = off[0]
