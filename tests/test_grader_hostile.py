@@ -201,7 +201,7 @@ def corpus(out: Path, subs: Path, port: int) -> dict[str, tuple[str | bytes, flo
 
 STEAL = '''    # Ask the grader, over the worker's socket (fd 3), for the reference's answer.
     tensors = [x, h, W_ih, W_hh, b_ih, b_hh]
-    blobs = [t.contiguous().numpy().tobytes() for t in tensors]
+    blobs = [t.detach().contiguous().numpy().tobytes() for t in tensors]
     args = {"u": [{"t": ["float32", list(t.shape), i]} for i, t in enumerate(tensors)]}
     message = {"op": "upstream", "kind": "call", "name": "rnn_cell", "args": args,
                "kwargs": {"d": []}, "state": {"d": []}, "grad": False}

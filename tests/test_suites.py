@@ -2,10 +2,13 @@
 untouched student edition earns 0 with no harness error, and every recorded wrong implementation
 loses points with its own hint."""
 
+import ast
+import inspect
 from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from coursekit.grading.cells import exercise_namespace
 from coursekit.grading.registry import all_suites
@@ -71,3 +74,84 @@ def test_student_edition_scores_zero_without_harness_errors(path):
         result = run_suite(all_suites()[ex.name], namespace[ex.name])
         assert result.status == "not attempted", (ex.name, [c.message for c in result.cases])
         assert result.earned == 0
+
+
+def _stub_parameters() -> dict[str, dict[str, object]]:
+    """Exercise name -> {"where.name": default} for every parameter with a default in the
+    student edition's stub (the signature students are asked to implement): "name" for a
+    function's or a constructor's parameter, "forward.name" for forward's."""
+    found: dict[str, dict[str, object]] = {}
+    for path in STUDENT:
+        nb = nbformat.read(path, as_version=4)
+        for ex in exercises(nb):
+            tree = ast.parse(nb.cells[ex.cell_index].source)
+            params = {}
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.FunctionDef):
+                    continue
+                where = {"forward": "forward.", "__init__": ""}.get(node.name)
+                if node.name == ex.name:
+                    where = ""
+                if where is None:
+                    continue
+                positional = node.args.args[len(node.args.args) - len(node.args.defaults):]
+                for arg, default in [*zip(positional, node.args.defaults, strict=True),
+                                     *zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)]:
+                    if default is not None:
+                        params[where + arg.arg] = ast.literal_eval(default)
+            found[ex.name] = params
+    return found
+
+
+def _passed_values(suite) -> dict[str, list]:
+    """Every value each parameter of the book's solution received, over the suite's cases
+    (through its ``call`` adapter, as a submission is called)."""
+    seen: dict[str, list] = {}
+    solution = suite.solution
+
+    def note(where, fn, args, kwargs):
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            seen.setdefault(where + name, []).append(value)
+
+    if inspect.isclass(solution):
+        class Spy(solution):
+            def __init__(self, *args, **kwargs):
+                note("", solution.__init__, (self, *args), kwargs)
+                super().__init__(*args, **kwargs)
+
+            def forward(self, *args, **kwargs):
+                note("forward.", solution.forward, (self, *args), kwargs)
+                return super().forward(*args, **kwargs)
+
+        Spy.__name__ = Spy.__qualname__ = solution.__name__
+        spy = Spy
+    else:
+        def spy(*args, **kwargs):
+            note("", solution, args, kwargs)
+            return solution(*args, **kwargs)
+
+    assert run_suite(suite, spy).status == "passed"
+    return seen
+
+
+def _differs(value, default) -> bool:
+    if isinstance(value, torch.Tensor) or isinstance(default, torch.Tensor):
+        return not (isinstance(value, torch.Tensor) and isinstance(default, torch.Tensor)
+                    and torch.equal(value, default))
+    return type(value) is not type(default) or value != default
+
+
+STUBS = _stub_parameters()
+
+
+@pytest.mark.parametrize("suite", SUITES, ids=lambda s: s.name)
+def test_every_parameter_of_the_exercise_is_given_another_value_by_some_case(suite):
+    """A flag hard-coded to its default (is_causal=True forced, bias ignored, dropout left
+    out) must lose points: some case passes each parameter of the stub's signature a value
+    other than its default."""
+    seen = _passed_values(suite)
+    never = [name for name, default in STUBS[suite.name].items()
+             if not any(_differs(v, default) for v in seen.get(name, []))]
+    assert not never, (f"{suite.name}: no case gives {', '.join(never)} a value other than "
+                       "the default")

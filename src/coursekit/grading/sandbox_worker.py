@@ -138,8 +138,9 @@ def zygote(control_fd: int) -> None:
     if config is None:
         return
     prepare()
-    global protocol, sandbox
+    global protocol, sandbox, autodiff
     protocol, sandbox = _sibling("protocol"), _sibling("sandbox")
+    autodiff = _sibling("autodiff")
     config["visible"] = [*config.get("system", []), *sandbox.runtime_paths()]
     config["runtime"] = sandbox.python_homes()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped automatically
@@ -298,6 +299,20 @@ def _describe(err: BaseException) -> dict:
             "where": where, "network": network and isinstance(err, OSError)}
 
 
+def _skeleton(value: Any, depth: int = 0) -> Any:
+    """The arguments of a call as plain data: lists, tuples, dicts, numbers and strings as
+    they are now, tensors and other objects as None (tensors travel on their own)."""
+    if type(value) in (bool, int, float, str) or value is None:
+        return value
+    if depth > 8:
+        return None
+    if type(value) in (list, tuple):
+        return type(value)(_skeleton(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _skeleton(v, depth + 1) for k, v in value.items() if type(k) in (str, int)}
+    return None
+
+
 class Harness:
     """Serves the grader's requests in the confined worker: the socket and its encoding, one
     namespace per exercise cell, and the operations on the objects the cells define.
@@ -317,7 +332,7 @@ class Harness:
         self.saved: dict[str, Any] = {}  # namespace entries replaced by upstream stubs
         self.added: list[str] = []  # stubs bound where the namespace had nothing
         self.current: dict[str, Any] = self.namespace  # the namespace of the case running
-        self.after: list | None = None  # the arguments of the last call, after it
+        self.after: tuple | None = None  # the last call's tensors and arguments, after it
 
     # -- the socket
     def send(self, message: dict, blobs: list[bytes] = ()) -> None:
@@ -345,8 +360,10 @@ class Harness:
         try:
             reply = {"op": "ok", "value": encoder(value)}
             if after is not None:  # what the call did to its arguments, for the grader to judge
+                tensors, arguments = after
                 reply["after"] = {"l": [encoder(t) if protocol.is_plain_tensor(t) else None
-                                        for t in after]}
+                                        for t in tensors]}
+                reply["arguments"] = encoder(_skeleton(arguments))
         except protocol.Unsendable as err:
             return {"op": "error", "type": "OutputTooLarge", "message": str(err)}, []
         return reply, encoder.blobs
@@ -441,8 +458,21 @@ class Harness:
         target = decoder(message["target"])
         args = decoder(message.get("args", {"u": []}))
         kwargs = decoder(message.get("kwargs", {"d": []}))
-        self.after = decoder.tensors  # sent back after the call, modified or not
+        self.after = decoder.tensors, (args, kwargs)  # sent back after the call
         return target(*args, **kwargs)
+
+    def op_backward(self, message: dict, blobs: list) -> Any:
+        """A call and its backward pass (:mod:`autodiff`); the arguments go back as after a
+        call, with what the call did in place to those differentiated."""
+        decoder = self.decoder(blobs)
+        target = decoder(message["target"])
+        args = decoder(message.get("args", {"u": []}))
+        kwargs = decoder(message.get("kwargs", {"d": []}))
+        wrt = [int(i) for i in decoder(message.get("wrt", {"l": []}))]
+        self.after = decoder.tensors, (args, kwargs)
+        value, grads, named = autodiff.backward_call(target, args, kwargs, wrt,
+                                                     bool(message.get("params")))
+        return {"value": value, "grads": grads, "params": [[n, g] for n, g in named]}
 
     def op_getattr(self, message: dict, blobs: list) -> Any:
         return getattr(self.decode(message["target"], blobs), message["name"])
@@ -500,10 +530,48 @@ class Upstreams:
         raise kind(f"{reply.get('message', '')} (in the reference {request['name']})")
 
     def function_stub(self, name: str):
-        upstreams = self
+        upstreams, torch = self, self.torch
 
         def stub(*args, **kwargs):
-            return upstreams.upstream({"kind": "call", "name": name}, args, kwargs)
+            places = [("a", i) for i, a in enumerate(args) if type(a) is torch.Tensor] + [
+                ("k", k) for k, a in kwargs.items() if type(a) is torch.Tensor]
+            tensors = [args[i] if where == "a" else kwargs[i] for where, i in places]
+            if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+                return upstreams.upstream({"kind": "call", "name": name}, args, kwargs)
+
+            def rebuild(given) -> tuple:  # the arguments, ``given`` in the tensors' places
+                a, k = list(args), dict(kwargs)
+                for (where, i), t in zip(places, given, strict=True):
+                    if where == "a":
+                        a[i] = t
+                    else:
+                        k[i] = t
+                return tuple(a), k
+
+            shape = {}
+
+            class Upstream(torch.autograd.Function):
+                """The reference's result, and its backward pass asked of the grader too (a
+                vector-Jacobian product): gradients flow through an upstream exercise."""
+
+                @staticmethod
+                def forward(ctx, *inputs):
+                    ctx.inputs = tuple(t.detach() for t in inputs)
+                    value = upstreams.upstream({"kind": "call", "name": name}, *rebuild(inputs))
+                    shape["tuple"] = isinstance(value, tuple)
+                    outputs = value if shape["tuple"] else (value,)
+                    # fresh tensors: what autograd hands on must not be views of the inputs
+                    return tuple(o.clone() if type(o) is torch.Tensor else o for o in outputs)
+
+                @staticmethod
+                def backward(ctx, *cotangents):
+                    grads = upstreams.upstream({"kind": "vjp", "name": name},
+                                               *rebuild(ctx.inputs),
+                                               {"cotangents": list(cotangents)})
+                    return tuple(grads)
+
+            outputs = Upstream.apply(*tensors)
+            return tuple(outputs) if shape["tuple"] else outputs[0]
 
         stub.__name__ = stub.__qualname__ = name
         return stub

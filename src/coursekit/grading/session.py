@@ -100,6 +100,17 @@ class Remote:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ck("call", args=args, kwargs=kwargs)
 
+    def _ck_backward(self, args: tuple, kwargs: dict, wrt: list[int], params: bool) -> tuple:
+        """:func:`coursekit.grading.autodiff.backward_call`, run in the worker."""
+        reply = self._ck("backward", args=tuple(args), kwargs=kwargs, wrt=list(wrt),
+                         params=bool(params))
+        if type(reply) is not dict or set(reply) != {"value", "grads", "params"} \
+                or type(reply["grads"]) is not list or type(reply["params"]) is not list \
+                or any(type(p) is not list or len(p) != 2 or type(p[0]) is not str
+                       for p in reply["params"]):
+            raise OutputError("the backward pass sent back a malformed reply")
+        return reply["value"], reply["grads"], [(name, g) for name, g in reply["params"]]
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
@@ -369,8 +380,12 @@ class Session:
         try:
             decode = protocol.Decoder(blobs, handle=lambda ref: _remote_type(ref[1])(self, ref[0]))
             value = decode(reply.get("value"))
-            if message.get("op") == "call":
+            if message.get("op") in ("call", "backward"):
                 self._write_back(encoder.sources, decode(reply.get("after", {"l": []})))
+                arguments = decode(reply.get("arguments", None))
+                if type(arguments) is tuple and len(arguments) == 2:
+                    _mirror(message.get("args", ()), arguments[0])
+                    _mirror(message.get("kwargs", {}), arguments[1])
             return value
         except protocol.ProtocolError as err:
             lost = WorkerLost(f"sent a malformed message ({err})", "protocol")
@@ -442,6 +457,8 @@ class Session:
         except ValueError as err:
             return refuse("ValueError", str(err))
         kind = message.get("kind")
+        if kind == "vjp":
+            return self._vjp(suite, args, kwargs, state.get("cotangents"))
         try:
             with torch.no_grad():
                 if kind == "call":
@@ -474,6 +491,46 @@ class Session:
                                        f"sent to the worker: {err}")
             return refuse("RuntimeError", "the reference's result cannot be sent")
         return {"op": "upstream_ok", "value": tree}, encoder.blobs
+
+    def _vjp(self, suite: Suite, args: tuple, kwargs: dict, cotangents: Any) -> tuple:
+        """The backward pass of an upstream function's reference: the gradients, with respect
+        to each tensor argument (positional, then keyword), of Σ ⟨cotangent, output⟩."""
+        def refuse(text: str) -> tuple[dict, list]:
+            return {"op": "upstream_error", "type": "RuntimeError", "message": text}, []
+
+        places = [("a", i) for i, a in enumerate(args) if type(a) is torch.Tensor] + [
+            ("k", k) for k, a in kwargs.items() if type(a) is torch.Tensor]
+        if type(cotangents) is not list or any(c is not None and type(c) is not torch.Tensor
+                                               for c in cotangents):
+            return refuse("malformed gradients")
+        args, kwargs = list(args), dict(kwargs)
+        leaves = []
+        for where, i in places:
+            given = args[i] if where == "a" else kwargs[i]
+            leaf = given.detach().clone().requires_grad_(given.is_floating_point())
+            leaves.append(leaf)
+            if where == "a":
+                args[i] = leaf
+            else:
+                kwargs[i] = leaf
+        try:
+            with torch.enable_grad():
+                value = suite.solution(*args, **kwargs)
+                outputs = list(value) if isinstance(value, tuple) else [value]
+                pairs = [(o, c) for o, c in zip(outputs, cotangents, strict=False)
+                         if c is not None and type(o) is torch.Tensor and o.requires_grad
+                         and c.shape == o.shape]
+                wanted = [t for t in leaves if t.requires_grad]
+                found = torch.autograd.grad([o for o, _ in pairs], wanted,
+                                            [c.to(o.dtype) for o, c in pairs],
+                                            allow_unused=True) if pairs and wanted else []
+        except Exception as err:  # the student's arguments made the reference fail
+            text = str(err).strip().splitlines()
+            return refuse(clean(text[-1] if text else ""))
+        it = iter(found or [None] * len(wanted))
+        grads = [next(it) if t.requires_grad else None for t in leaves]
+        encoder = protocol.Encoder()
+        return {"op": "upstream_ok", "value": encoder([g for g in grads])}, encoder.blobs
 
     # -- grading steps
     def load(self, codes: list[tuple[str, ExerciseCode]]) -> None:
@@ -527,7 +584,7 @@ class Session:
                      for u, s in self.allowed.items() if u in suite.upstream}
             fn = self.request({"op": "begin", "name": suite.name, "upstream": kinds,
                                "seed": index})
-            attempt = Attempt(outputs=as_outputs(suite.run(fn, args)))
+            attempt = Attempt(outputs=as_outputs(suite.run(fn, args, index)))
         except OutputError as err:
             attempt = Attempt(error=f"returned the wrong type: {err}")
         except WorkerLost as lost:
@@ -543,6 +600,35 @@ class Session:
         if args is not None:
             attempt.modified = tuple(suite.modified_arguments(index, args))
         return attempt
+
+
+def _mirror(mine: Any, theirs: Any, depth: int = 0) -> None:
+    """Make the grader's lists and dicts (the case's arguments) what the call left in the
+    worker (``theirs``: their plain data, tensors as None), so that a list of ids the call
+    rewrote is seen as modified here, as ``check()`` sees it in the notebook."""
+    if depth > 8:
+        return
+    if type(mine) is list and type(theirs) is list and len(mine) != len(theirs):
+        mine[:] = [m if isinstance(m, torch.Tensor) and t is None else t
+                   for m, t in zip(mine, theirs, strict=False)] + theirs[len(mine):]
+        return
+    if type(mine) in (list, tuple) and type(theirs) in (list, tuple):
+        for i, (m, t) in enumerate(zip(mine, theirs, strict=False)):
+            if type(m) in (list, tuple, dict):
+                _mirror(m, t, depth + 1)
+            elif type(mine) is list and not isinstance(m, torch.Tensor) and (
+                    type(m) is not type(t) or m != t):
+                mine[i] = t
+    elif type(mine) is dict and type(theirs) is dict:
+        for key in [k for k in mine if k not in theirs]:
+            del mine[key]
+        for key, t in theirs.items():
+            m = mine.get(key)
+            if type(m) in (list, tuple, dict):
+                _mirror(m, t, depth + 1)
+            elif key not in mine or not isinstance(m, torch.Tensor) and (
+                    type(m) is not type(t) or m != t):
+                mine[key] = t
 
 
 def _error_text(reply: dict) -> str:

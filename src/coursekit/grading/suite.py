@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from coursekit.grading.autodiff import backward_call
+
 Outputs = list[torch.Tensor]
 ADVICE = "Compare your code with the equation above, step by step."
 
@@ -30,6 +32,9 @@ class Case:
     make: Callable[[torch.Generator], tuple]
     points: float = 1.0
     hint: str = ""  # the one property this case probes; shown when it is the telling failure
+    # Whether the suite's gradients are compared on this case too (not where the inputs are
+    # numerically extreme on purpose: float32 gradients there are noise).
+    grad: bool = True
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,10 @@ class Suite:
     # (which output, which way), said without guessing a cause; used when no mutant reproduces
     # the submission. Empty when it sees nothing it can describe.
     observe: Callable[[Outputs, Outputs], str] | None = None
+    # Arguments (by name, see ``argument_names``) whose gradients are compared too, for an
+    # exercise the chapter trains through: a weighted sum of the outputs is back-propagated
+    # (:func:`backward`). A ``call`` adapter asks for gradients itself.
+    grad: tuple[str, ...] = ()
 
     @property
     def chapter(self) -> str:
@@ -96,8 +105,18 @@ class Suite:
         seed = zlib.crc32(f"{self.exercise}/{self.cases[index].name}".encode())
         return self.cases[index].make(torch.Generator().manual_seed(seed))
 
-    def run(self, fn: Callable, args: tuple) -> Any:
-        return self.call(fn, args) if self.call else fn(*args)
+    def run(self, fn: Callable, args: tuple, index: int | None = None) -> Any:
+        """``fn`` on case ``index``'s arguments ``args``, through the ``call`` adapter, with its
+        gradients where the suite compares them."""
+        if self.call:
+            return self.call(fn, args)
+        if self.grad and (index is None or self.cases[index].grad):
+            names = self.argument_names(len(args))
+            wrt = {name: names.index(name) for name in self.grad if name in names}
+            return backward(fn, args, {name: i for name, i in wrt.items()  # None: not given
+                                       if isinstance(args[i], torch.Tensor)
+                                       and args[i].is_floating_point()})
+        return fn(*args)
 
     def case_points(self, index: int) -> float:
         total = sum(c.points for c in self.cases)
@@ -122,6 +141,9 @@ class Suite:
 
 
 def _changed(label: str, now: Any, before: Any) -> list[str]:
+    """The labels of what differs between an argument after the call (``now``) and as the case
+    made it (``before``): tensors by value, lists, tuples and dicts deeply, other values by
+    ``==`` (a list of ids the call rewrote is modified as a tensor would be)."""
     if isinstance(before, torch.Tensor):
         if not isinstance(now, torch.Tensor) or now.shape != before.shape \
                 or now.dtype != before.dtype:
@@ -129,9 +151,23 @@ def _changed(label: str, now: Any, before: Any) -> list[str]:
         same = (now == before) | (torch.isnan(now) & torch.isnan(before)) \
             if now.is_floating_point() else now == before
         return [] if bool(same.all()) else [label]
-    if isinstance(before, (tuple, list)) and isinstance(now, (tuple, list)):
-        return [x for i, (a, b) in enumerate(zip(now, before, strict=False))
-                for x in _changed(f"{label}[{i}]", a, b)]
+    if isinstance(before, (tuple, list, dict)):
+        if type(now) is not type(before) or len(now) != len(before) or (
+                isinstance(before, dict) and set(now) != set(before)):
+            return [label]
+        pairs = ([(f"{label}[{k!r}]", now[k], before[k]) for k in before]
+                 if isinstance(before, dict) else
+                 [(f"{label}[{i}]", a, b) for i, (a, b) in enumerate(zip(now, before, strict=True))])
+        found = []
+        for inner, a, b in pairs:
+            changed = _changed(inner, a, b)
+            # a tensor inside is named; a changed number or string makes the container changed
+            found += changed if isinstance(b, (torch.Tensor, tuple, list, dict)) or not changed \
+                else [label]
+        return list(dict.fromkeys(found))
+    if before is None or isinstance(before, (bool, int, float, str)):
+        return [] if type(now) is type(before) and (now == before or now != now and
+                                                   before != before) else [label]
     return []
 
 
@@ -154,6 +190,54 @@ def load_parameters(module: Any, parameters: dict) -> None:
                                f"it must have exactly {', '.join(parameters)}")
 
 
+# ----------------------------------------------------------------------------- gradients
+
+
+@dataclass
+class Backward:
+    """What a call returned, and the gradients of its backward pass (label -> gradient)."""
+
+    value: Any
+    grads: dict[str, torch.Tensor]
+
+
+def backward(fn: Callable, args: tuple, wrt: dict[str, int], kwargs: dict | None = None,
+             params: bool = False) -> Backward:
+    """Call ``fn(*args, **kwargs)`` and back-propagate through it (:mod:`autodiff`): the
+    gradients with respect to the arguments ``wrt`` names (name -> position) and, with
+    ``params``, to ``fn``'s trainable parameters (``fn`` is then a module).
+
+    In the batch grader ``fn`` is a handle to an object in the worker, and the backward pass
+    runs there. What the call does to its arguments in place is mirrored onto ``args``, so the
+    in-place check sees it as with a plain call.
+    """
+    positions = list(wrt.values())
+    remote = getattr(type(fn), "_ck_backward", None)
+    if remote is not None:
+        value, grads, named = remote(fn, args, kwargs or {}, positions, params)
+    else:
+        value, grads, named = backward_call(fn, args, kwargs or {}, positions, params)
+    labelled = {f"the gradient with respect to `{name}`": g for name, g in zip(wrt, grads,
+                                                                             strict=True)}
+    labelled.update({f"the gradient of parameter `{name}`": g for name, g in named})
+    return Backward(value, labelled)
+
+
+class Labelled(list):
+    """Outputs, and what each one is (``labels``); ``size`` of them are what the call
+    returned, the rest its gradients."""
+
+    labels: tuple[str, ...] = ()
+    size: int = 0
+
+
+def _labelled(outputs: Outputs, grads: dict[str, torch.Tensor]) -> Labelled:
+    result = Labelled(outputs + list(grads.values()))
+    named = ["the output"] if len(outputs) == 1 else [f"output {k}" for k in range(len(outputs))]
+    result.labels, result.size = tuple(named + list(grads)), len(outputs)
+    return result
+
+
 # ----------------------------------------------------------------------------- comparison
 
 
@@ -163,7 +247,13 @@ class OutputError(Exception):
 
 def as_outputs(value: Any, what: str = "output") -> Outputs:
     """A tensor, or a tuple/list of tensors, as a flat list. A tuple may be a subclass (a
-    namedtuple unpacks like a tuple); the tensors must be exactly ``torch.Tensor``."""
+    namedtuple unpacks like a tuple); the tensors must be exactly ``torch.Tensor``. A
+    :class:`Backward` gives its value's outputs, then its gradients, labelled."""
+    if type(value) is Backward:
+        grads = value.grads
+        if any(type(g) is not torch.Tensor for g in grads.values()):
+            raise OutputError("a gradient came back as something other than a tensor")
+        return _labelled(as_outputs(value.value, what), grads)
     if type(value) is torch.Tensor:
         return [value]
     if isinstance(value, tuple) or type(value) is list:
@@ -188,12 +278,30 @@ class Comparison:
 
 
 def compare(expected: Outputs, actual: Outputs, atol: float, rtol: float) -> Comparison:
-    """Strict structure first (count, dtype, shape, finite), then ``torch.testing`` tolerances."""
-    if len(actual) != len(expected):
+    """Strict structure first (count, dtype, shape, finite), then ``torch.testing`` tolerances.
+    Labelled outputs (with gradients) compare what was returned, then which gradients exist
+    (a parameter trainable here and frozen there), then every tensor."""
+    labels = getattr(expected, "labels", ())
+    if labels:
+        size, got = expected.size, getattr(actual, "labels", ())
+        returned = getattr(actual, "size", len(actual))
+        if returned != size:
+            return Comparison(False, f"returned {returned} tensor(s), expected {size}")
+        extra = [x.removeprefix("the gradient of parameter ") for x in got if x not in labels]
+        lost = [x.removeprefix("the gradient of parameter ") for x in labels if x not in got]
+        if extra or lost:
+            said = [f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} trainable "
+                    "(requires_grad), expected frozen (a new nn.Parameter requires grad)"
+                    ] if extra else []
+            said += [f"{', '.join(lost)} {'is' if len(lost) == 1 else 'are'} not trainable "
+                     "(no gradient), expected trainable"] if lost else []
+            return Comparison(False, "; ".join(said))
+    elif len(actual) != len(expected):
         return Comparison(False, f"returned {len(actual)} tensor(s), expected {len(expected)}")
     worst_abs = worst_rel = 0.0
     for k, (e, a) in enumerate(zip(expected, actual, strict=True)):
-        label = f"output {k}: " if len(expected) > 1 else ""
+        label = f"{labels[k]}: " if labels and len(labels) > 1 else (
+            f"output {k}: " if len(expected) > 1 else "")
         if a.dtype != e.dtype:
             return Comparison(False, f"{label}dtype {a.dtype}, expected {e.dtype}")
         if tuple(a.shape) != tuple(e.shape):
@@ -291,8 +399,13 @@ def in_place_message(names: Sequence[str]) -> str:
     return f"modified its argument{'s' if len(names) > 1 else ''} {which} in place"
 
 
-def in_place_hint(names: Sequence[str]) -> str:
+def in_place_hint(names: Sequence[str], containers: bool = False) -> str:
     which = ", ".join(f"`{n}`" for n in names)
+    if containers:  # a list or dict argument
+        return (f"Your code changes its argument{'s' if len(names) > 1 else ''} {which} in place "
+                "(item or slice assignment, `.pop()`, `.append()`, `del`, `.update()`), so the "
+                "caller's list or dict is silently changed. Build a new one instead "
+                "(`out = []`, then `out.append(...)`, or `list(ids)` first).")
     return (f"Your code modifies its argument{'s' if len(names) > 1 else ''} {which} in place "
             "(an in-place operation such as `x += y`, `x /= s`, `x.mul_(y)` or `m |= mask` on an "
             "argument, or on a view of it), so the caller's tensors are silently changed. Compute "
@@ -308,14 +421,31 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
     transposed, a constant factor, shifted by one position, the same values in another order
     along the last axis, or only some rows wrong. An observation, never a guess at the cause;
     empty when none applies."""
+    labels = getattr(expected, "labels", ())
+    if labels and getattr(got, "labels", ()) != labels:
+        return ""
     for k, (e, a) in enumerate(zip(expected, got, strict=False)):
         if (type(a) is not torch.Tensor or not e.is_floating_point() or a.dtype != e.dtype
-                or a.numel() < 2):
+                or a.numel() == 0):
             continue
         e, a = e.detach().double().cpu(), a.detach().double().cpu()
         if not (torch.isfinite(a).all() and torch.isfinite(e).all()) or _close(a, e, atol, rtol):
             continue
-        label = f"output {k}" if len(expected) > 1 else "your output"
+        label = (labels[k].replace("the output", "your output") if labels else
+                 f"output {k}" if len(expected) > 1 else "your output")
+        if labels and k >= expected.size:  # every returned output is right: a gradient is not
+            name = label.removeprefix("the gradient with respect to ").removeprefix(
+                "the gradient of parameter ")
+            if not a.any():
+                return (f"your output is right, but no gradient reaches {name} (zero "
+                        "everywhere, expected nonzero): the computation leaves the autograd "
+                        "graph somewhere, as `.item()`, `float(...)`, `math.exp`, `.detach()` or "
+                        "`torch.no_grad()` do")
+            related = relation([e], [a], atol, rtol)
+            return (f"your output is right, but {label} is not"
+                    + (f" ({related.replace('your output', 'it')})" if related else ""))
+        if a.numel() < 2:
+            return f"{label} is zero" if not a.any() else ""
         tol = dict(atol=10 * atol, rtol=10 * rtol)
         if _close(a, -e, **tol):
             return f"{label} is the expected one negated"
@@ -360,7 +490,13 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
 
 def reference_outputs(suite: Suite, index: int) -> Outputs:
     with torch.no_grad():
-        return [t.detach() for t in as_outputs(suite.run(suite.reference, suite.inputs(index)))]
+        outputs = as_outputs(suite.run(suite.reference, suite.inputs(index), index))
+    detached = [t.detach() for t in outputs]
+    if isinstance(outputs, Labelled):
+        detached = _labelled(detached[:outputs.size],
+                             dict(zip(outputs.labels[outputs.size:], detached[outputs.size:],
+                                      strict=True)))
+    return detached
 
 
 def _attempt(got: Outputs | str | Attempt) -> Attempt:
@@ -413,7 +549,7 @@ def _reproduces(suite: Suite, mutant: Mutant, index: int, result: CaseResult) ->
     (within tolerance) where it returned some, an exception where it raised."""
     try:
         with torch.no_grad():
-            expected = as_outputs(suite.run(mutant.fn, suite.inputs(index)))
+            expected = as_outputs(suite.run(mutant.fn, suite.inputs(index), index))
     except Exception:
         return result.outputs is None
     if result.outputs is None:
@@ -442,7 +578,10 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
         return suite.hint or ADVICE
     modified = [n for i in failed for n in results[i].modified]
     if modified:
-        return in_place_hint(list(dict.fromkeys(modified)))
+        inputs = suite.inputs(failed[0])
+        kinds = dict(zip(suite.argument_names(len(inputs)), inputs, strict=False))
+        containers = any(isinstance(kinds.get(n), (list, dict)) for n in modified)
+        return in_place_hint(list(dict.fromkeys(modified)), containers)
     for mutant in suite.mutants:
         if all(_reproduces(suite, mutant, i, results[i]) for i in visible):
             return mutant.hint
@@ -459,6 +598,8 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                                                      results[first].outputs, suite.atol, suite.rtol)
     except Exception:
         related = ""
+    if not related and first is not None and "trainable" in results[first].message:
+        related = results[first].message  # which parameters are trainable is the observation
     observed = (f"In the case '{suite.cases[first].name}', {sentence(related)} "
                 if related else "")
     probes = [i for i in failed if suite.cases[i].hint]
@@ -468,7 +609,11 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                    and results[i].message.startswith("raised ")
                    and "NotImplementedError" not in results[i].message), None)
     if raised is not None:
-        if raised.message.startswith("raised NameError"):
+        if "requires grad" in raised.message:
+            advice = ("The grader calls your code with inputs that require gradients, as "
+                      "training does, and back-propagates through it: keep the computation in "
+                      "torch operations (no .numpy(), no .item()), so that gradients flow.")
+        elif raised.message.startswith("raised NameError"):
             advice = ("The grader runs each exercise cell on its own, with math, np, torch, nn, "
                       "F and what the chapter imports from coursekit: a helper you wrote in "
                       "another cell belongs inside the exercise cell.")
@@ -484,7 +629,7 @@ def run_case(suite: Suite, fn: Callable, index: int) -> Attempt:
     """Call ``fn`` on case ``index`` in this process; note the arguments it modified."""
     args = suite.inputs(index)
     try:
-        outputs = as_outputs(suite.run(fn, args))
+        outputs = as_outputs(suite.run(fn, args, index))
         attempt = Attempt(outputs=outputs)
     except OutputError as err:
         attempt = Attempt(error=f"returned the wrong type: {err}")

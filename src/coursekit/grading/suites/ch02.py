@@ -23,11 +23,13 @@ def torch_additive_score(s, h, W, U, v):
     W_s = nn.Linear(d_s, d_a, bias=False)
     U_h = nn.Linear(d_h, d_a, bias=False)
     v_a = nn.Linear(d_a, 1, bias=False)
-    with torch.no_grad():
-        W_s.weight.copy_(W)
-        U_h.weight.copy_(U)
-        v_a.weight.copy_(v[None, :])
-    return v_a(torch.tanh(W_s(s)[:, None, :] + U_h(h))).squeeze(-1)
+    # functional_call: each layer's own forward, with the case's tensors as its weight, so
+    # that the gradients with respect to W, U and v are the authority's too.
+    def layer(module, weight, x):
+        return torch.func.functional_call(module, {"weight": weight}, (x,))
+
+    return layer(v_a, v[None, :], torch.tanh(layer(W_s, W, s)[:, None, :]
+                                             + layer(U_h, U, h))).squeeze(-1)
 
 
 def _score_case(B, N, d_s, d_h, d_a):
@@ -184,6 +186,7 @@ SUITES = [
     Suite(
         exercise="02.1",
         name="additive_score",
+        grad=("s", "h", "W", "U", "v"),
         points=2,
         reference=torch_additive_score,
         solution=attention.additive_score,
@@ -220,6 +223,7 @@ SUITES = [
     Suite(
         exercise="02.2",
         name="masked_softmax",
+        grad=("scores",),
         points=3,
         reference=torch_masked_softmax,
         solution=attention.masked_softmax,
@@ -238,12 +242,13 @@ SUITES = [
                  hint="exp(200) overflows float32: subtract the row maximum first (torch.softmax "
                       "does)."),
             Case("scores far below -10⁶", _softmax_case((3, 6), [6, 4, 2], scale=1e6, offset=-5e6),
-                 hint="Any finite fill value can be beaten by real scores: fill with -inf."),
+                 hint="Any finite fill value can be beaten by real scores: fill with -inf.",
+                 grad=False),
             Case("scores far below -10⁹", _softmax_case((3, 6), [6, 4, 2], scale=1e9,
                                                         offset=-5e9),
                  hint="Real scores can be below any finite fill (here they are near -5·10⁹, "
                       "below -1e9 too): fill the masked scores with float('-inf') and zero the "
-                      "rows with no allowed position."),
+                      "rows with no allowed position.", grad=False),
             Case("a full (B, N_q, N) mask", _full_mask_case,
                  hint="The mask may have the full shape of the scores: each query row has its "
                       "own allowed positions. Use it elementwise (masked_fill), do not assume "
@@ -285,6 +290,7 @@ SUITES = [
     Suite(
         exercise="02.3",
         name="context_vector",
+        grad=("weights", "h"),
         points=2,
         reference=torch_context_vector,
         solution=attention.context_vector,

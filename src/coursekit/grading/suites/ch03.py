@@ -158,10 +158,11 @@ SDPA_CASES = [
     Case("scores of size ±300", _large_scores, 1,
          hint="exp(300) overflows float32: use torch.softmax (it subtracts the row maximum)."),
     Case("allowed scores near -1e6", _scores_near_minus_1e6, 2,
-         hint="Masked scores must be -inf: any finite fill can be larger than a real score."),
+         hint="Masked scores must be -inf: any finite fill can be larger than a real score.",
+         grad=False),
     Case("allowed scores near -4·10⁹", _scores_near_minus_4e9, 1,
          hint="Masked scores must be -inf: real scores can be below any finite fill, -1e9 "
-              "included."),
+              "included.", grad=False),
     Case("mask (B, H, N_q, N_k)", _four_d_mask, 1,
          hint="The mask can have every leading axis of the scores, (B, H, N_q, N_k): apply it "
               "elementwise (masked_fill broadcasts), whatever its number of dimensions."),
@@ -301,6 +302,7 @@ SUITES = [
     Suite(
         exercise="03.1",
         name="scaled_dot_product_attention",
+        grad=("q", "k", "v"),
         points=3,
         reference=torch_attention,
         solution=attention.scaled_dot_product_attention,

@@ -271,6 +271,7 @@ SUITES = [
     Suite(
         exercise="04.1",
         name="split_heads",
+        grad=("x",),
         points=2,
         reference=torch_split_heads,
         solution=attention.split_heads,
@@ -293,6 +294,7 @@ SUITES = [
     Suite(
         exercise="04.2",
         name="merge_heads",
+        grad=("x",),
         points=2,
         reference=torch_merge_heads,
         solution=attention.merge_heads,

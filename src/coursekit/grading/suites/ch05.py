@@ -254,6 +254,7 @@ SUITES = [
     Suite(
         exercise="05.3",
         name="apply_rope",
+        grad=("x",),
         points=3,
         reference=llama_apply_rope,
         solution=positional.apply_rope,

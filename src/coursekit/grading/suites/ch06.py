@@ -15,7 +15,14 @@ from torch import nn
 
 from coursekit import transformer
 from coursekit.attention import causal_mask
-from coursekit.grading.suite import Case, Mutant, OutputError, Suite, load_parameters
+from coursekit.grading.suite import (
+    Case,
+    Mutant,
+    OutputError,
+    Suite,
+    backward,
+    load_parameters,
+)
 
 # ----------------------------------------------------------------------------- 06.1 LayerNorm
 
@@ -24,8 +31,7 @@ def run_layer_norm(cls, args):
     d_model, eps, weight, bias, x = args
     module = cls(d_model, eps)
     load_parameters(module, {"weight": weight, "bias": bias})
-    with torch.no_grad():
-        return module(x)
+    return backward(module, (x,), {"x": 0}, params=True)  # trained through: gradients too
 
 
 def _ln_case(shape, eps=1e-5, constant=False, by_hand=False):
@@ -87,29 +93,36 @@ class TorchFeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.act = {"relu": nn.ReLU(), "gelu": nn.GELU()}[activation]
+        self.dropout = nn.Dropout(dropout)  # where nn.TransformerEncoderLayer._ff_block has it
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x):
-        return self.linear2(self.act(self.linear1(x)))
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
 
 
 FF_NAMES = ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias")
 
 
+def _mode(module, dropout):
+    """Training mode for a case with dropout = 1 (every dropout site zeroes its input, with no
+    random draws, so the reference and the submission agree exactly), eval mode otherwise."""
+    module.train(dropout > 0)
+
+
 def run_feed_forward(cls, args):
-    d_model, d_ff, activation, *weights, x = args
-    module = cls(d_model, d_ff, dropout=0.0, activation=activation)
+    d_model, d_ff, activation, dropout, *weights, x = args
+    module = cls(d_model, d_ff, dropout=dropout, activation=activation)
     load_parameters(module, dict(zip(FF_NAMES, weights, strict=True)))
-    module.eval()
-    with torch.no_grad():
-        return module(x)
+    _mode(module, dropout)
+    return backward(module, (x,), {"x": 0}, params=True)
 
 
-def _ff_case(B, N, d_model, d_ff, activation):
+def _ff_case(B, N, d_model, d_ff, activation, dropout=0.0):
     def make(g):
         weights = [0.5 * torch.randn(d_ff, d_model, generator=g), 0.5 * torch.randn(d_ff, generator=g),
                    0.5 * torch.randn(d_model, d_ff, generator=g), 0.5 * torch.randn(d_model, generator=g)]
-        return (d_model, d_ff, activation, *weights, torch.randn(B, N, d_model, generator=g))
+        return (d_model, d_ff, activation, dropout, *weights,
+                torch.randn(B, N, d_model, generator=g))
 
     return make
 
@@ -137,6 +150,10 @@ FF_CASES = [
          hint="activation='gelu' is the exact GELU, x·Φ(x) (F.gelu), between the two layers."),
     Case("ReLU, one position, d_ff=4", _ff_case(1, 1, 6, 4, "relu")),
     Case("GELU, B=3, N=5, d_model=4, d_ff=16", _ff_case(3, 5, 4, 16, "gelu")),
+    Case("training mode, dropout = 1", _ff_case(2, 3, 8, 16, "relu", dropout=1.0),
+         hint="Dropout acts on the hidden activations, between the two layers: "
+              "linear2(dropout(φ(linear1(x)))), and only in training mode (nn.Dropout(dropout)). "
+              "With p = 1 every hidden unit is dropped, so the output is linear2's bias."),
 ]
 
 # ----------------------------------------------------------------------------- 06.3 / 06.4 blocks
@@ -226,46 +243,55 @@ def _check_tuple(result, n, what):
 
 
 def run_encoder_block(cls, args):
-    d_model, n_heads, d_ff, activation, norm_first, *weights, x, key_mask, is_causal = args
-    module = cls(d_model, n_heads, d_ff, dropout=0.0, activation=activation, norm_first=norm_first)
+    d_model, n_heads, d_ff, activation, norm_first, dropout, *weights, x, key_mask, is_causal \
+        = args
+    module = cls(d_model, n_heads, d_ff, dropout=dropout, activation=activation,
+                 norm_first=norm_first)
     load_parameters(module, dict(zip(ENC_NAMES, weights, strict=True)))
-    module.eval()
+    _mode(module, dropout)
     with torch.no_grad():
         result = module(x, key_mask=key_mask, is_causal=is_causal)
     return _check_tuple(result, 2, "(output, weights)")
 
 
 def run_decoder_block(cls, args):
-    d_model, n_heads, d_ff, norm_first, *weights, y, memory, key_mask, memory_mask = args
-    module = cls(d_model, n_heads, d_ff, dropout=0.0, activation="relu", norm_first=norm_first)
+    (d_model, n_heads, d_ff, activation, norm_first, dropout, *weights, y, memory, key_mask,
+     memory_mask, is_causal) = args
+    module = cls(d_model, n_heads, d_ff, dropout=dropout, activation=activation,
+                 norm_first=norm_first)
     load_parameters(module, dict(zip(DEC_NAMES, weights, strict=True)))
-    module.eval()
+    _mode(module, dropout)
     with torch.no_grad():
-        result = module(y, memory, key_mask=key_mask, memory_mask=memory_mask)
+        if is_causal:  # the default: called as the chapter calls it
+            result = module(y, memory, key_mask=key_mask, memory_mask=memory_mask)
+        else:
+            result = module(y, memory, key_mask=key_mask, memory_mask=memory_mask,
+                            is_causal=False)
     return _check_tuple(result, 3, "(output, self-attention weights, cross-attention weights)")
 
 
 def _enc_case(*, norm_first, activation="relu", B=2, N=5, d_model=16, n_heads=4, d_ff=32,
-              lengths=None, causal=False):
+              lengths=None, causal=False, dropout=0.0):
     def make(g):
         params = _random_parameters(g, _parameter_shapes("EncoderBlock", d_model, d_ff))
         x = torch.randn(B, N, d_model, generator=g)
         key_mask = None if lengths is None else torch.arange(N) < torch.tensor(lengths)[:, None]
-        return (d_model, n_heads, d_ff, activation, norm_first, *params.values(), x, key_mask,
-                causal)
+        return (d_model, n_heads, d_ff, activation, norm_first, dropout, *params.values(), x,
+                key_mask, causal)
 
     return make
 
 
 def _dec_case(*, norm_first, B=2, N_t=4, N_s=6, d_model=16, n_heads=4, d_ff=32,
-              tgt_lengths=None, src_lengths=None):
+              tgt_lengths=None, src_lengths=None, activation="relu", dropout=0.0, causal=True):
     def make(g):
         params = _random_parameters(g, _parameter_shapes("DecoderBlock", d_model, d_ff))
         y = torch.randn(B, N_t, d_model, generator=g)
         memory = torch.randn(B, N_s, d_model, generator=g)
         tgt = None if tgt_lengths is None else torch.arange(N_t) < torch.tensor(tgt_lengths)[:, None]
         src = None if src_lengths is None else torch.arange(N_s) < torch.tensor(src_lengths)[:, None]
-        return (d_model, n_heads, d_ff, norm_first, *params.values(), y, memory, tgt, src)
+        return (d_model, n_heads, d_ff, activation, norm_first, dropout, *params.values(), y,
+                memory, tgt, src, causal)
 
     return make
 
@@ -348,6 +374,14 @@ ENC_CASES = [
                                                  causal=True, activation="gelu"),
          hint="Everything at once: Pre-LN (normalise only each sub-layer's input), key_mask and "
               "is_causal both passed to the self-attention, GELU in the FFN."),
+    Case("training mode, dropout = 1, Post-LN", _enc_case(norm_first=False, dropout=1.0),
+         hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
+              "X + Dropout(Sublayer(·)), and only in training mode. With p = 1 every sub-layer's "
+              "output is dropped: the Post-LN block returns LN₂(LN₁(X))."),
+    Case("training mode, dropout = 1, Pre-LN", _enc_case(norm_first=True, dropout=1.0),
+         hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
+              "X + Dropout(Sublayer(LN(X))), and only in training mode. With p = 1 every "
+              "sub-layer's output is dropped: the Pre-LN block returns X unchanged."),
 ]
 
 DEC_CASES = [
@@ -367,6 +401,15 @@ DEC_CASES = [
                                              tgt_lengths=[5, 4, 3], src_lengths=[4, 1, 3]),
          hint="Pre-LN with both masks: key_mask goes to the self-attention, memory_mask to the "
               "cross-attention, and only the decoder's stream is normalised."),
+    Case("is_causal=False: every target position sees every other",
+         _dec_case(norm_first=False, causal=False, activation="gelu"),
+         hint="Pass is_causal on to the self-attention: with is_causal=False (an encoder-decoder "
+              "used for scoring whole targets) nothing is masked, and activation='gelu' reaches "
+              "the FFN."),
+    Case("training mode, dropout = 1, Post-LN", _dec_case(norm_first=False, dropout=1.0),
+         hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
+              "Y + Dropout(Sublayer(·)), and only in training mode. With p = 1 every sub-layer's "
+              "output is dropped: the Post-LN block returns LN₃(LN₂(LN₁(Y)))."),
 ]
 
 SUITES = [
@@ -403,7 +446,7 @@ SUITES = [
         reference=TorchFeedForward,
         solution=transformer.FeedForward,
         call=run_feed_forward,
-        arg_names=("d_model", "d_ff", "activation", *FF_NAMES, "x"),
+        arg_names=("d_model", "d_ff", "activation", "dropout", *FF_NAMES, "x"),
         cases=FF_CASES,
         hint="FFN(x) = W₂ φ(W₁ x + b₁) + b₂: linear1, the activation, linear2.",
         mutants=[
@@ -427,8 +470,8 @@ SUITES = [
         reference=TorchEncoderLayer,
         solution=transformer.EncoderBlock,
         call=run_encoder_block,
-        arg_names=("d_model", "n_heads", "d_ff", "activation", "norm_first", *ENC_NAMES, "x",
-                   "key_mask", "is_causal"),
+        arg_names=("d_model", "n_heads", "d_ff", "activation", "norm_first", "dropout",
+                   *ENC_NAMES, "x", "key_mask", "is_causal"),
         upstream=("LayerNorm", "FeedForward"),
         cases=ENC_CASES,
         hint="Post-LN: X = LN₁(X + MHSA(X)); X = LN₂(X + FFN(X)). Pre-LN: X = X + MHSA(LN₁(X)); "
@@ -461,8 +504,9 @@ SUITES = [
         reference=TorchDecoderLayer,
         solution=transformer.DecoderBlock,
         call=run_decoder_block,
-        arg_names=("d_model", "n_heads", "d_ff", "norm_first", *DEC_NAMES, "y", "memory",
-                   "key_mask", "memory_mask"),
+        arg_names=("d_model", "n_heads", "d_ff", "activation", "norm_first", "dropout",
+                   *DEC_NAMES, "y", "memory", "key_mask", "memory_mask", "is_causal"),
+
         upstream=("LayerNorm", "FeedForward"),
         cases=DEC_CASES,
         hint="Three sub-layers, each with a residual and a norm: causal self-attention over Y, "

@@ -90,6 +90,7 @@ SUITES = [
         solution=clip.clip_loss,
         cases=CASES,
         arg_names=("image_embeds", "text_embeds", "logit_scale"),
+        grad=("image_embeds", "text_embeds", "logit_scale"),
         hint="Normalise I and T, logits = exp(t)·I Tᵀ (B x B), then the mean of the cross-entropy "
              "over the rows (each image picks its caption) and over the columns (each caption "
              "picks its image), with targets 0..B−1.",

@@ -17,7 +17,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from coursekit import lora
-from coursekit.grading.suite import Case, Mutant, OutputError, Suite, load_parameters
+from coursekit.grading.suite import (
+    Backward,
+    Case,
+    Mutant,
+    OutputError,
+    Suite,
+    backward,
+    load_parameters,
+)
 
 # ----------------------------------------------------------------------------- 09.1 LoRALinear
 
@@ -54,6 +62,12 @@ class PeftLoRALinear(nn.Module):
         return super().load_state_dict({PEFT_NAMES.get(k, k): v for k, v in state.items()},
                                        strict=strict, assign=assign)
 
+    def named_parameters(self, *args, **kwargs):
+        """Under the exercise's names, as the gradients are compared by name."""
+        inverse = {peft: mine for mine, peft in PEFT_NAMES.items()}
+        for name, p in super().named_parameters(*args, **kwargs):
+            yield inverse.get(name, name), p
+
     def forward(self, x):
         return self.layer(x)
 
@@ -80,8 +94,8 @@ def _detached(value, what):
 
 
 def run_lora_linear(cls, args):
-    d_in, d_out, r, alpha, weights, x, action = args
-    module = cls(d_in, d_out, r, alpha)
+    d_in, d_out, r, alpha, weights, x, action, bias = args
+    module = cls(d_in, d_out, r, alpha, bias=bias) if not bias else cls(d_in, d_out, r, alpha)
     if action == "init":  # W₀ and b given, A and B as the constructor drew them
         load_parameters(module.base, dict(zip(("weight", "bias"), weights, strict=True)))
         with torch.no_grad():
@@ -102,24 +116,29 @@ def run_lora_linear(cls, args):
         bound = 1 / math.sqrt(d_in) + 1e-6  # Kaiming-uniform (a = √5): U(−1/√d_in, 1/√d_in)
         return torch.tensor([float(A.shape[0]), float(A.shape[-1]), float(A.abs().max() <= bound),
                              float((A != 0).float().mean() > 0.9)])
-    load_parameters(module, dict(zip(("base.weight", "base.bias", "lora_A", "lora_B"), weights,
-                                     strict=True)))
+    names = ("base.weight", "base.bias", "lora_A", "lora_B") if bias else (
+        "base.weight", "lora_A", "lora_B")
+    load_parameters(module, dict(zip(names, weights, strict=True)))
     module.eval()
     with torch.no_grad():
         for step in action.split("+")[1:]:  # "forward+merge+unmerge": the calls, in order
             getattr(module, step)()
-        return module(x), _detached(module.base.weight, "self.base.weight")
+    W = _detached(module.base.weight, "self.base.weight")
+    # The forward pass and its backward: which parameters are trainable after the calls (a
+    # merge must not unfreeze W₀), and the gradients that training A and B would use.
+    run = backward(module, (x,), {"x": 0}, params=True)
+    return Backward((run.value, W), run.grads)
 
 
-def _lora_case(d_in, d_out, r, alpha, action, shape=(2, 5)):
+def _lora_case(d_in, d_out, r, alpha, action, shape=(2, 5), bias=True):
     def make(g):
         W0 = 0.5 * torch.randn(d_out, d_in, generator=g)
         b = 0.5 * torch.randn(d_out, generator=g)
         A = 0.5 * torch.randn(r, d_in, generator=g)
         B = 0.5 * torch.randn(d_out, r, generator=g)
         x = torch.randn(*shape, d_in, generator=g)
-        weights = (W0, b) if action == "init" else (W0, b, A, B)
-        return d_in, d_out, r, alpha, weights, x, action
+        weights = (W0, b) if action == "init" else (W0, b, A, B) if bias else (W0, A, B)
+        return d_in, d_out, r, alpha, weights, x, action, bias
 
     return make
 
@@ -202,6 +221,10 @@ LORA_CASES = [
          hint="unmerge() subtracts the same ΔW and clears the flag: W₀ and the unmerged forward "
               "pass come back."),
     Case("unmerge without merge does nothing", _lora_case(6, 6, 2, 8, "forward+unmerge")),
+    Case("bias=False: a base layer without a bias", _lora_case(8, 6, 4, 8, "forward+merge",
+                                                               bias=False),
+         hint="Pass bias on to the base layer, nn.Linear(in_features, out_features, bias=bias): "
+              "with bias=False it has no bias parameter."),
 ]
 
 # ----------------------------------------------------------------------------- 09.2 is_target
@@ -287,7 +310,7 @@ SUITES = [
         reference=PeftLoRALinear,
         solution=lora.LoRALinear,
         call=run_lora_linear,
-        arg_names=("in_features", "out_features", "r", "alpha", "weights", "x", "action"),
+        arg_names=("in_features", "out_features", "r", "alpha", "weights", "x", "action", "bias"),
         cases=LORA_CASES,
         hint="h = W₀x + b + (α/r)·B A x with W₀, b frozen, A: (r, d_in) random, B: (d_out, r) "
              "zero; merge() adds (α/r)·B A to W₀ once, unmerge() subtracts it.",
