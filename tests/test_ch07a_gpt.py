@@ -167,6 +167,35 @@ def test_merge_pair():
     assert merge_pair([1, 2], (2, 1), 9) == [1, 2]
 
 
+def test_merge_references_equal_the_bpe_of_hugging_face_tokenizers():
+    """The grader's merge_pair reference and the book's merge_pair against upstream code: the
+    BPE model of Hugging Face ``tokenizers`` (what ``GPT2Tokenizer`` runs), given a single merge
+    rule, on every graded case and on random words (ids as characters; with one rule, one
+    left-to-right pass of non-overlapping merges)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE as UpstreamBPE
+
+    from coursekit.grading.registry import get_suite
+    from coursekit.grading.suites.ch07a import gpt2_merge
+
+    suite = get_suite("merge_pair")
+    words = [suite.inputs(i) for i in range(len(suite.cases))]
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 3, 8, 30):
+        for _ in range(25):
+            ids = torch.randint(3, (n,), generator=g).tolist()
+            words.append((ids, (ids[0], ids[-1]), 50))
+    for ids, pair, new_id in words:
+        char = {i: chr(0x4E00 + i) for i in {*ids, *pair}}  # one character per id
+        merged = char[pair[0]] + char[pair[1]]
+        vocab = {c: k for k, c in enumerate([*char.values(), merged])}
+        upstream = Tokenizer(UpstreamBPE(vocab, [(char[pair[0]], char[pair[1]])]))
+        back = {**{c: i for i, c in char.items()}, merged: new_id}
+        want = [back[t] for t in upstream.encode("".join(char[i] for i in ids)).tokens]
+        assert gpt2_merge(list(ids), pair, new_id) == want, (ids, pair)
+        assert merge_pair(list(ids), pair, new_id) == want, (ids, pair)
+
+
 def test_bpe_round_trip_and_compression():
     corpus = SyntheticLanguage().corpus(500, seed=0)
     chars, bpe = BPE.train(corpus, 0), BPE.train(corpus, 60)

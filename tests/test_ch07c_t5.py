@@ -168,16 +168,36 @@ def test_cross_attention_cache_projects_memory_once():
     assert len(cache) == 7
 
 
-def test_span_corruption_paper_example():
-    words = "thank you for inviting me to your party last week .".split()
-    vocab = instructions.instruction_vocab().__class__([*words, *instructions.SENTINELS])
+SPAN_EXAMPLES = [  # (text, noise words, inputs, targets)
+    # Raffel et al. (2020), Figure 2
+    ("thank you for inviting me to your party last week .", ("for", "inviting", "last"),
+     "thank you <extra_id_0> me to your party <extra_id_1> week .",
+     "<extra_id_0> for inviting <extra_id_1> last <extra_id_2>"),
+    # the T5 page of the Hugging Face documentation (its training example)
+    ("the cute dog walks in the park", ("cute", "dog", "the@5"),
+     "the <extra_id_0> walks in <extra_id_1> park",
+     "<extra_id_0> cute dog <extra_id_1> the <extra_id_2>"),
+]
+
+
+@pytest.mark.parametrize("implementation", ["coursekit", "grading reference"])
+@pytest.mark.parametrize("example", SPAN_EXAMPLES, ids=["paper", "hf docs"])
+def test_span_corruption_published_examples(example, implementation):
+    """The book's span corruption and the grader's reference (a transcription of Hugging Face's
+    T5 pre-training example) both give the published input/target pairs."""
+    from coursekit.grading.suites.ch07c import t5_span_corruption
+
+    fn = {"coursekit": instructions.span_corruption,
+          "grading reference": t5_span_corruption}[implementation]
+    text, noise, want_inputs, want_targets = example
+    words = text.split()
+    vocab = instructions.instruction_vocab().__class__([*dict.fromkeys(words),
+                                                        *instructions.SENTINELS])
     ids = torch.tensor(vocab.encode(words))
-    mask = torch.tensor([w in ("for", "inviting", "last") for w in words])
-    inputs, targets = instructions.span_corruption(ids, mask,
-                                                   torch.tensor(vocab.encode(instructions.SENTINELS)))
-    assert vocab.decode(inputs, " ") == \
-        "thank you <extra_id_0> me to your party <extra_id_1> week ."
-    assert vocab.decode(targets, " ") == "<extra_id_0> for inviting <extra_id_1> last <extra_id_2>"
+    mask = torch.tensor([w in noise or f"{w}@{i}" in noise for i, w in enumerate(words)])
+    inputs, targets = fn(ids, mask, torch.tensor(vocab.encode(instructions.SENTINELS)))
+    assert vocab.decode(inputs, " ") == want_inputs
+    assert vocab.decode(targets, " ") == want_targets
 
 
 @pytest.mark.parametrize("length", [2, 5, 12, 17, 60])

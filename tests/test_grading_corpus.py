@@ -32,19 +32,25 @@ from coursekit.grading.worker_pool import Limits
 from coursekit.release import exercises
 
 sys.path.insert(0, str(Path(__file__).parent))
-from grading_corpus import VARIANTS  # noqa: E402
+import grading_corpus  # noqa: E402
+import grading_corpus_ch05_06  # noqa: E402
+import grading_corpus_ch07_09  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = all_suites()
-CHAPTERS = {"01", "02", "03", "04"}
+VARIANTS = [*grading_corpus.VARIANTS, *grading_corpus_ch05_06.VARIANTS,
+            *grading_corpus_ch07_09.VARIANTS]
+# What a submission is graded as: a chapter ("03") or, where a chapter spans notebooks with
+# exercises of their own, a notebook ("07b").
+CHAPTERS = sorted({suite.key for suite in SUITES.values()})
 BUGS = [v for v in VARIANTS if v.bug]
 ALTERNATIVES = [v for v in VARIANTS if not v.bug]
 
 
 def _notebook(edition: str, chapter: str) -> Path:
-    """The chapter's notebook that holds its exercises (02a_..., not 02b_...)."""
+    """The notebook that holds the exercises graded as ``chapter`` (02a_..., not 02b_...)."""
     for path in sorted((ROOT / edition).glob(f"{chapter}*_*.ipynb")):
-        if any(ex.exercise.startswith(f"{chapter}.")
+        if any(ex.name in SUITES and SUITES[ex.name].key == chapter
                for ex in exercises(nbformat.read(path, as_version=4))):
             return path
     raise FileNotFoundError(f"no notebook of chapter {chapter} in {edition}/ holds its exercises")
@@ -63,7 +69,7 @@ def provided(chapter: str) -> tuple:
 
 
 def chapter_of(name: str) -> str:
-    return SUITES[name].exercise.split(".")[0]
+    return SUITES[name].key
 
 
 def cell_sources(edition: str, chapter: str) -> dict[str, str]:
@@ -95,7 +101,7 @@ def classify(variant) -> str:
 def test_every_mutant_has_a_corpus_source():
     named = {(v.exercise, v.mutant) for v in VARIANTS if v.mutant}
     for suite in SUITES.values():
-        if suite.exercise.split(".")[0] in CHAPTERS:
+        if suite.key in CHAPTERS:
             assert {(suite.name, m.name) for m in suite.mutants} <= named, suite.name
 
 
@@ -122,6 +128,17 @@ def test_most_hints_name_the_bug():
           f"alternatives, {accepted} accepted; hints: {kinds['names']} name the bug, "
           f"{kinds['generic']} generic, {kinds['wrong']} wrong "
           f"({kinds['names'] / len(BUGS):.0%} naming)")
+    print("| chapter | bugs | lose points | named | generic | misleading | alternatives "
+          "| full marks |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for chapter in sorted({SUITES[v.exercise].chapter for v in VARIANTS}):
+        bugs = [v for v in BUGS if SUITES[v.exercise].chapter == chapter]
+        alts = [v for v in ALTERNATIVES if SUITES[v.exercise].chapter == chapter]
+        said = Counter(classify(v) for v in bugs)
+        lost = sum(in_process(v.exercise, v.source).earned < SUITES[v.exercise].points
+                   for v in bugs)
+        full = sum(in_process(v.exercise, v.source).status == "passed" for v in alts)
+        print(f"| {chapter} | {len(bugs)} | {lost} | {said['names']} | {said['generic']} | "
+              f"{said['wrong']} | {len(alts)} | {full} |")
     assert kinds["names"] >= 0.6 * len(BUGS)
 
 

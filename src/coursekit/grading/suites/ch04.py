@@ -84,22 +84,21 @@ class TorchMultiheadAttention(nn.Module):
     where it is blocked, so they are inverted here. ``load_state_dict`` takes the exercise's
     parameter names (``in_proj.weight``, ...) and maps them to torch's (``in_proj_weight``, ...).
 
-    A query with no allowed key gets NaN from ``nn.MultiheadAttention`` and zero weights by the
-    book's rule (as in ``F.scaled_dot_product_attention``): there coursekit's layer, tested
-    against this authority in tests/test_ch04_mha.py, gives the expected values.
+    A query with no allowed key gets NaN from ``nn.MultiheadAttention``. The book's rule (that of
+    ``F.scaled_dot_product_attention``) gives it zero weights, so its context is zero and its
+    output is ``out_proj``'s bias: exactly those NaN rows are replaced, every other row is
+    torch's own.
     """
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
-        self.book = attention.MultiHeadAttention(d_model, n_heads)
 
     def load_state_dict(self, state, strict=True, assign=False):
         renamed = {"in_proj_weight": state["in_proj.weight"], "in_proj_bias": state["in_proj.bias"],
                    "out_proj.weight": state["out_proj.weight"],
                    "out_proj.bias": state["out_proj.bias"]}
-        self.book.load_state_dict(state, strict=strict, assign=assign)
         return self.mha.load_state_dict(renamed, strict=strict, assign=assign)
 
     def forward(self, x_q, x_kv=None, attn_mask=None, key_mask=None, is_causal=False,
@@ -107,18 +106,17 @@ class TorchMultiheadAttention(nn.Module):
         x_kv = x_q if x_kv is None else x_kv
         (B, N_q, _), N_k = x_q.shape, x_kv.shape[1]
         blocked = None if attn_mask is None else ~attn_mask
-        if is_causal:
-            future = ~attention.causal_mask(N_q, N_k, device=x_q.device)
+        if is_causal:  # query i (the last aligned with the last key) sees keys ≤ i + N_k − N_q
+            future = torch.ones(N_q, N_k, dtype=torch.bool, device=x_q.device).triu(N_k - N_q + 1)
             blocked = future if blocked is None else blocked | future
         if blocked is not None and blocked.dim() == 4:  # torch wants (B·H, N_q, N_k)
             blocked = blocked.expand(B, self.n_heads, N_q, N_k).reshape(-1, N_q, N_k)
-        out = self.mha(x_q, x_kv, x_kv, attn_mask=blocked,
-                       key_padding_mask=None if key_mask is None else ~key_mask,
-                       need_weights=need_weights, average_attn_weights=False)
-        if torch.isnan(out[0]).any():  # a query with no allowed key: zeros, not NaN
-            return self.book(x_q, None if x_kv is x_q else x_kv, attn_mask=attn_mask,
-                             key_mask=key_mask, is_causal=is_causal, need_weights=True)
-        return out
+        out, weights = self.mha(x_q, x_kv, x_kv, attn_mask=blocked,
+                                key_padding_mask=None if key_mask is None else ~key_mask,
+                                need_weights=need_weights, average_attn_weights=False)
+        empty = torch.isnan(out).any(-1, keepdim=True)  # (B, N_q, 1): queries with no key
+        out = torch.where(empty, self.mha.out_proj.bias, out)
+        return out, None if weights is None else weights.nan_to_num(0.0)
 
 
 def run_mha(cls, args):
