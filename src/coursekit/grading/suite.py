@@ -84,6 +84,10 @@ class Suite:
     # exercise the chapter trains through: a weighted sum of the outputs is back-propagated
     # (:func:`backward`). A ``call`` adapter asks for gradients itself.
     grad: tuple[str, ...] = ()
+    # ``judge(expected, got, atol, rtol) -> Comparison``: the verdict on one case, for a suite
+    # whose outputs are not compared element by element (statistics of a random exercise,
+    # compared by a test with a fixed false-alarm rate). Defaults to :func:`compare`.
+    judge: Callable[[Outputs, Outputs, float, float], Any] | None = None
 
     @property
     def chapter(self) -> str:
@@ -524,7 +528,8 @@ def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str | Attempt],
         if got.outputs is None:
             results.append(CaseResult(name, points, 0.0, got.error, None, got.modified))
             continue
-        verdict = compare(reference_outputs(suite, i), got.outputs, suite.atol, suite.rtol)
+        verdict = (suite.judge or compare)(reference_outputs(suite, i), got.outputs, suite.atol,
+                                           suite.rtol)
         message = verdict.message
         if got.modified:
             message = in_place_message(got.modified) + ("" if not verdict.ok else
@@ -554,7 +559,7 @@ def _reproduces(suite: Suite, mutant: Mutant, index: int, result: CaseResult) ->
         return result.outputs is None
     if result.outputs is None:
         return False
-    return compare(expected, result.outputs, suite.atol, suite.rtol).ok
+    return (suite.judge or compare)(expected, result.outputs, suite.atol, suite.rtol).ok
 
 
 def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozenset()) -> str:
