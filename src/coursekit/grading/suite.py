@@ -619,9 +619,12 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                       "training does, and back-propagates through it: keep the computation in "
                       "torch operations (no .numpy(), no .item()), so that gradients flow.")
         elif raised.message.startswith("raised NameError"):
+            missing = re.search(r"name '(\w+)' is not defined", raised.message)
+            what = f"`{missing.group(1)}`" if missing else "it"
             advice = ("The grader runs each exercise cell on its own, with math, np, torch, nn, "
-                      "F and what the chapter imports from coursekit: a helper you wrote in "
-                      "another cell belongs inside the exercise cell.")
+                      "F and what the chapter imports from coursekit: define or import "
+                      f"{what} inside the exercise cell (a helper or an import in another cell "
+                      "is not there).")
         return f"The call {sentence(raised.message)} {sentence(advice)}"
     wrong_type = next((results[i] for i in failed if results[i].outputs is None
                        and results[i].message.startswith("returned the wrong type")), None)

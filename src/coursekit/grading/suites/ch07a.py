@@ -71,6 +71,9 @@ MERGE_CASES = [
     Case("the pair in the other order is not merged", _merge_case([8, 2, 2, 8, 8, 2], (2, 8)),
          hint="A pair is ordered: (a, b) is merged, (b, a) is not."),
     Case("no occurrence: the same ids come back", _merge_case([1, 2, 3, 1], (3, 2))),
+    Case("ids of several digits: pair (1, 1) in 1 11 1 1 11 1 1", _merge_case(
+        [1, 11, 1, 1, 11, 1, 1], (1, 1)), hint="Compare ids as whole numbers, token by token: "
+         "joined into a string, '1 11 1 1 11 1 1' holds '1 1' where a 1 meets the digits of 11."),
     Case("one token", _merge_case([6], (6, 6)),
          hint="A single token has no pair: return it unchanged."),
 ]

@@ -113,6 +113,11 @@ CASES = [
          _case(PAPER, PAPER_NOISE, sentinels=[127 - k for k in range(instructions.N_SENTINELS)]),
          hint="Take the k-th sentinel's id from sentinels[k]; T5's ids count down from the end "
               "of the vocabulary, so sentinels[0] + k is not <extra_id_k>."),
+    Case("repeated tokens: 5 5 5 6 6 7 7 7, a span inside each run",
+         _case([5, 5, 5, 6, 6, 7, 7, 7], [0, 1, 1, 0, 1, 1, 0, 0]),
+         hint="Equal neighbouring ids are still separate tokens: spans come from the noise mask "
+              "alone, never from the ids (torch.unique_consecutive on the ids merges real "
+              "repeats)."),
     Case("40 tokens, 30 % noise in spans of mean length 3", _random_case(40, 0.3, 3.0)),
     Case("25 tokens, 15 % noise in spans of mean length 2", _random_case(25, 0.15, 2.0)),
 ]

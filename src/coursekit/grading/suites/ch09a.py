@@ -300,6 +300,10 @@ TARGET_CASES = [
     Case("a regex that matches only a prefix", _target_case(r"blocks\.0"),
          hint="The pattern must match the whole name: re.fullmatch, not re.match (which "
               "accepts a match of the name's beginning)."),
+    Case("a regex with a top-level alternation, 'blocks\\.0|head'", _target_case(r"blocks\.0|head"),
+         hint="The whole pattern must match the whole name: re.fullmatch(pattern, name). Anchors "
+              "added by hand, '^' + pattern + '$', bind to the first and the last alternative "
+              "only: '^blocks\\.0|head$' accepts every name that starts with 'blocks.0'."),
 ]
 
 SUITES = [
