@@ -476,6 +476,13 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
                         if _close(dst, src, **tol):
                             return (f"{label} holds the expected values one position {way} along "
                                     f"axis {axis} (shifted by one)")
+            permuted = _feature_permutation(a, e, tol)
+            if permuted:
+                return f"{label} {permuted}"
+            normalised = _normalised_axis(a, e, tol)
+            if normalised is not None:
+                return (f"{label} sums to 1 along axis {normalised}; the expected one sums to 1 "
+                        f"along its last axis ({a.dim() - 1}): it is normalised over another axis")
             if _close(a.sort(-1).values, e.sort(-1).values, **tol):
                 return (f"{label} has the expected values along its last axis, in another "
                         "order")
@@ -490,6 +497,83 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
                             f"{first}")
         return ""
     return ""
+
+
+def _feature_permutation(a: torch.Tensor, e: torch.Tensor, tol: dict) -> str:
+    """'has the expected features ... in another order' when the columns (last axis) of ``a``
+    are those of ``e``, permuted the same way at every position; else empty."""
+    if a.dim() < 2 or a.shape[-1] < 2:
+        return ""
+    cols_a, cols_e = a.reshape(-1, a.shape[-1]).T, e.reshape(-1, e.shape[-1]).T
+    order = []
+    for col in cols_a:
+        match = [j for j, other in enumerate(cols_e) if j not in order and _close(col, other, **tol)]
+        if not match:
+            return ""
+        order.append(match[0])
+    moved = [(i, j) for i, j in enumerate(order) if i != j]
+    if not moved:
+        return ""
+    shown = ", ".join(f"yours {i} = expected {j}" for i, j in moved[:4])
+    return (f"has the expected features (last axis) in another order, the same at every "
+            f"position ({shown}{', ...' if len(moved) > 4 else ''})")
+
+
+def _normalised_axis(a: torch.Tensor, e: torch.Tensor, tol: dict) -> int | None:
+    """The axis other than the last along which ``a`` sums to 1, when ``e`` is a distribution
+    along its last axis (non-negative, each row summing to 1 or 0) and ``a`` is non-negative."""
+    if a.dim() < 2 or (e < 0).any() or (a < 0).any():
+        return None
+    sums = e.sum(-1)
+    if not bool(((sums - 1).abs() < 1e-4).logical_or(sums.abs() < 1e-6).all()) or \
+            not bool(((sums - 1).abs() < 1e-4).any()):
+        return None
+    for axis in range(a.dim() - 1):
+        if a.shape[axis] > 1 and _close(a.sum(axis), torch.ones_like(a.sum(axis)), **tol):
+            return axis
+    return None
+
+
+def _separating_argument(suite: Suite, visible: list[int], failed: list[int]) -> str:
+    """'your code fails exactly the cases where `x` is v' when one argument's value tells the
+    failing visible cases from the passing ones: a flag (a bool, a string, a tensor given or
+    None), or a number shared by at least two failing cases. Empty otherwise."""
+    passed = [i for i in visible if i not in failed]
+    if not passed:
+        return ""
+    inputs = {i: suite.inputs(i) for i in visible}
+    count = max(len(args) for args in inputs.values())
+    names = suite.argument_names(count)
+
+    def value(args: tuple, k: int) -> Any:
+        if k >= len(args):
+            return "absent"
+        v = args[k]
+        if v is None or type(v) in (bool, str):
+            return v
+        if type(v) in (int, float):
+            return v
+        return "given" if isinstance(v, torch.Tensor) else "other"
+
+    found = []
+    for k, name in enumerate(names):
+        bad = {repr(value(inputs[i], k)) for i in failed}
+        good = {repr(value(inputs[i], k)) for i in passed}
+        if len(bad) != 1 or bad & good or "'other'" in bad:
+            continue
+        v = value(inputs[failed[0]], k)
+        flag = v is None or type(v) in (bool, str)
+        if not flag and len(failed) < 2:
+            continue
+        said = ("is given" if v == "given" else "is not given" if v == "absent" else
+                f"is {v!r}")
+        found.append((not flag, f"`{name}` {said}"))
+    if not found:
+        return ""
+    found.sort(key=lambda item: item[0])
+    which = " and ".join(text for rank, text in found if rank == found[0][0])
+    return (f"your code fails exactly the case{'s' if len(failed) > 1 else ''} where {which}; "
+            "every other case passes")
 
 
 def reference_outputs(suite: Suite, index: int) -> Outputs:
@@ -607,6 +691,12 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
         related = results[first].message  # which parameters are trainable is the observation
     observed = (f"In the case '{suite.cases[first].name}', {sentence(related)} "
                 if related else "")
+    try:
+        separated = _separating_argument(suite, visible, failed)
+    except Exception:
+        separated = ""
+    if separated:
+        observed = f"{sentence(separated[0].upper() + separated[1:])} {observed}"
     probes = [i for i in failed if suite.cases[i].hint]
     general = suite.hint or ADVICE
     advice = suite.cases[probes[0]].hint if probes and len(probes) == len(failed) else general

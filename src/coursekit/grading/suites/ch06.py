@@ -402,10 +402,12 @@ DEC_CASES = [
          hint="Pre-LN with both masks: key_mask goes to the self-attention, memory_mask to the "
               "cross-attention, and only the decoder's stream is normalised."),
     Case("is_causal=False: every target position sees every other",
-         _dec_case(norm_first=False, causal=False, activation="gelu"),
-         hint="Pass is_causal on to the self-attention: with is_causal=False (an encoder-decoder "
-              "used for scoring whole targets) nothing is masked, and activation='gelu' reaches "
-              "the FFN."),
+         _dec_case(norm_first=False, causal=False),
+         hint="Pass is_causal on to the self-attention: with is_causal=False nothing is masked "
+              "there, and each target position sees the whole target."),
+    Case("GELU", _dec_case(norm_first=True, activation="gelu"),
+         hint="Pass activation on to the feed-forward sub-layer: activation='gelu' is the "
+              "exact GELU."),
     Case("training mode, dropout = 1, Post-LN", _dec_case(norm_first=False, dropout=1.0),
          hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
               "Y + Dropout(Sublayer(·)), and only in training mode. With p = 1 every sub-layer's "

@@ -3,8 +3,8 @@
 Authorities: the merge step is checked against a written-out reading of Sennrich et al.'s
 algorithm (merge non-overlapping occurrences, left to right, as GPT-2's ``bpe()`` does with its
 ``word.index(first, i)`` scan), which ``tests/test_ch07a_gpt.py`` proves equal to the BPE
-model of Hugging Face ``tokenizers`` on every case; top-p filtering against Hugging Face's ``TopPLogitsWarper``, the
-filter ``generate(top_p=...)`` applies.
+model of Hugging Face ``tokenizers`` on every case; top-p filtering against Hugging Face's
+``TopPLogitsWarper``, the filter ``generate(top_p=...)`` applies.
 """
 
 from __future__ import annotations
