@@ -22,11 +22,14 @@ class Variant:
     mutant: str = ""  # the suite mutant this bug is, if any
     expect: tuple[str, ...] = ()  # phrases, any of which names the bug in a hint
     kind: str = "logic"  # logic, in-place, fill, mask, namespace, layout, type, buffer
+    # A bug the suites knowingly do not catch, and why: the test checks that it still earns
+    # full marks (so a fix that catches it must remove the mark) and counts it.
+    missed: str = ""
 
 
-def bug(exercise, name, source, mutant="", expect=(), kind="logic"):
+def bug(exercise, name, source, mutant="", expect=(), kind="logic", missed=""):
     expect = (expect,) if isinstance(expect, str) else tuple(expect)
-    return Variant(exercise, name, source, True, mutant, expect, kind)
+    return Variant(exercise, name, source, True, mutant, expect, kind, missed)
 
 
 def alt(exercise, name, source, kind="logic"):

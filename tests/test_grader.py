@@ -601,7 +601,11 @@ def test_protocol_round_trips_tensors_and_values():
     (lambda e: 8 * e, "is the expected one times 8 (√64), everywhere"),
     (lambda e: e / 2, "is the expected one times 0.5, everywhere"),
     (lambda e: torch.cat([torch.zeros_like(e[:, :1]), e[:, :-1]], 1), "one position later along axis 1"),
-    (lambda e: e.flip(-1), "has the expected values along its last axis, in another order"),
+    (lambda e: e.flip(-1), "has the expected features (last axis) in another order, the same at "
+                           "every position (yours 0 = expected 5"),
+    (lambda e: e.gather(-1, torch.rand(e.shape, generator=torch.Generator().manual_seed(1))
+                        .argsort(-1)), "has the expected values along its last axis, in another order"),
+    (lambda e: e + 3e-5 * torch.randn(e.shape, generator=torch.Generator().manual_seed(2)), ""),
     (lambda e: torch.where(torch.arange(5)[:, None] == 3, 0.0, e), "right in 12 of its 15 rows"),
     (lambda e: e + 1, ""),
     (lambda e: torch.zeros_like(e), "is zero everywhere"),
@@ -616,6 +620,14 @@ def test_relation_observes_what_a_wrong_output_is(wrong, observed):
     said = relation([expected], [wrong(expected)])
     assert (observed in said) if observed else said == "", said
     assert relation([expected], [expected.clone()]) == ""
+
+
+def test_relation_observes_a_softmax_over_another_axis():
+    from coursekit.grading.suite import relation
+
+    scores = torch.randn(2, 4, 5, generator=torch.Generator().manual_seed(0))
+    said = relation([scores.softmax(-1)], [scores.softmax(1)])
+    assert "sums to 1 along axis 1" in said and "normalised over another axis" in said, said
 
 
 def test_an_unforeseen_bug_gets_the_observation_first():

@@ -108,6 +108,9 @@ def test_every_mutant_has_a_corpus_source():
 @pytest.mark.parametrize("variant", BUGS, ids=lambda v: f"{v.exercise}: {v.name}")
 def test_every_bug_loses_points_with_no_wrong_hint(variant):
     result = in_process(variant.exercise, variant.source)
+    if variant.missed:  # known, and said why: it must still be missed, or the mark must go
+        assert result.earned == result.points, "now caught: remove `missed` from the variant"
+        return
     assert result.earned < result.points, [c.message for c in result.cases]
     assert classify(variant) != "wrong", result.hint
     assert "\t" not in result.hint and not re.search(r"\.\.(\s|$)", result.hint), result.hint
@@ -128,17 +131,18 @@ def test_most_hints_name_the_bug():
           f"alternatives, {accepted} accepted; hints: {kinds['names']} name the bug, "
           f"{kinds['generic']} generic, {kinds['wrong']} wrong "
           f"({kinds['names'] / len(BUGS):.0%} naming)")
-    print("| chapter | bugs | lose points | named | generic | misleading | alternatives "
-          "| full marks |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| chapter | bugs | lose points | hint names the bug | generic | misleading "
+          "| alternatives | full marks |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for chapter in sorted({SUITES[v.exercise].chapter for v in VARIANTS}):
         bugs = [v for v in BUGS if SUITES[v.exercise].chapter == chapter]
         alts = [v for v in ALTERNATIVES if SUITES[v.exercise].chapter == chapter]
-        said = Counter(classify(v) for v in bugs)
-        lost = sum(in_process(v.exercise, v.source).earned < SUITES[v.exercise].points
-                   for v in bugs)
+        caught = [v for v in bugs
+                  if in_process(v.exercise, v.source).earned < SUITES[v.exercise].points]
+        said = Counter(classify(v) for v in caught)
         full = sum(in_process(v.exercise, v.source).status == "passed" for v in alts)
-        print(f"| {chapter} | {len(bugs)} | {lost} | {said['names']} | {said['generic']} | "
-              f"{said['wrong']} | {len(alts)} | {full} |")
+        print(f"| {chapter} | {len(bugs)} | {len(caught)} | {said['names']} | "
+              f"{said['generic']} | {said['wrong']} | {len(alts)} | {full} |")
     assert kinds["names"] >= 0.6 * len(BUGS)
 
 

@@ -24,13 +24,16 @@ def loss_weights(shape: torch.Size, k: int) -> torch.Tensor:
                        dtype=torch.float64)
 
 
-def backward_call(target: Any, args: tuple, kwargs: dict, wrt: list[int],
-                  params: bool) -> tuple[Any, list[torch.Tensor], list[tuple[str, torch.Tensor]]]:
+def backward_call(target: Any, args: tuple, kwargs: dict, wrt: list[int], params: bool,
+                  first: int | None = None
+                  ) -> tuple[Any, list[torch.Tensor], list[tuple[str, torch.Tensor]]]:
     """``(value, argument gradients, [(parameter name, gradient), ...])``.
 
     ``wrt`` are positions in ``args`` (each a floating-point tensor); with ``params`` the
     gradients of ``target``'s trainable parameters (those with ``requires_grad``) come back too,
-    sorted by name. A gradient that does not reach an argument or a parameter is zeros.
+    sorted by name. A gradient that does not reach an argument or a parameter is zeros. Only
+    the ``first`` outputs enter the loss when it is given (a block's attention weights, returned
+    for inspection, are not trained through).
     """
     given, args = args, list(args)
     leaves = [args[i].detach().clone().requires_grad_(True) for i in wrt]
@@ -52,7 +55,7 @@ def backward_call(target: Any, args: tuple, kwargs: dict, wrt: list[int],
         outputs = [value] if type(value) is torch.Tensor else (
             list(value) if isinstance(value, (tuple, list)) else [])
         loss = None
-        for k, out in enumerate(outputs):
+        for k, out in enumerate(outputs[:first]):
             if type(out) is torch.Tensor and out.is_floating_point() and out.requires_grad:
                 term = (out.double() * loss_weights(out.shape, k)).sum()
                 loss = term if loss is None else loss + term

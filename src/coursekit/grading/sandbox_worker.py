@@ -264,7 +264,10 @@ def worker_main(config: dict, request: dict, sock: socket.socket, out_w: int,
         os._exit(71)  # never run student code as real root
     facts["seccomp"] = sandbox.install_seccomp() if request.get("seccomp", True) else False
     os.environ.clear()
-    os.environ.update(HOME="/tmp", TMPDIR="/tmp", LANG="C.UTF-8", PATH="/usr/bin:/bin")
+    # One thread for every BLAS a submission may load (scipy brings its own OpenBLAS, whose
+    # thread start fails under the process limit and stalls the import)
+    os.environ.update(HOME="/tmp", TMPDIR="/tmp", LANG="C.UTF-8", PATH="/usr/bin:/bin",
+                      OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     Harness(sock).serve(facts)
 
 
@@ -470,8 +473,10 @@ class Harness:
         kwargs = decoder(message.get("kwargs", {"d": []}))
         wrt = [int(i) for i in decoder(message.get("wrt", {"l": []}))]
         self.after = decoder.tensors, (args, kwargs)
+        first = decoder(message.get("first"))
         value, grads, named = autodiff.backward_call(target, args, kwargs, wrt,
-                                                     bool(message.get("params")))
+                                                     bool(message.get("params")),
+                                                     first if type(first) is int else None)
         return {"value": value, "grads": grads, "params": [[n, g] for n, g in named]}
 
     def op_getattr(self, message: dict, blobs: list) -> Any:
@@ -529,49 +534,60 @@ class Upstreams:
             else RuntimeError
         raise kind(f"{reply.get('message', '')} (in the reference {request['name']})")
 
+    def differentiable(self, request: dict, args: tuple, kwargs: dict, state: dict | None = None,
+                       params: list = ()):
+        """The reference's result for ``request``; when gradients are wanted, with its backward
+        pass asked of the grader too (a vector-Jacobian product with respect to the tensor
+        arguments and ``params``, a stub module's trainable parameters): gradients flow through
+        an upstream exercise as through the exercise itself."""
+        torch, upstreams = self.torch, self
+        places = [("a", i) for i, a in enumerate(args) if type(a) is torch.Tensor] + [
+            ("k", k) for k, a in kwargs.items() if type(a) is torch.Tensor]
+        tensors = [args[i] if where == "a" else kwargs[i] for where, i in places]
+        weights = [p for _, p in params]
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors + weights)):
+            return self.upstream(request, args, kwargs, state)
+
+        def rebuild(given) -> tuple:  # the arguments, ``given`` in the tensors' places
+            a, k = list(args), dict(kwargs)
+            for (where, i), t in zip(places, given, strict=True):
+                if where == "a":
+                    a[i] = t
+                else:
+                    k[i] = t
+            return tuple(a), k
+
+        shape = {}
+
+        class Upstream(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                # saved as autograd saves: an input changed in place later fails the backward
+                # pass here as it does with the reference in the notebook
+                ctx.save_for_backward(*inputs[:len(tensors)])
+                value = upstreams.upstream(request, *rebuild(inputs[:len(tensors)]), state)
+                shape["tuple"] = isinstance(value, tuple)
+                outputs = value if shape["tuple"] else (value,)
+                # fresh tensors: what autograd hands on must not be views of the inputs
+                return tuple(o.clone() if type(o) is torch.Tensor else o for o in outputs)
+
+            @staticmethod
+            def backward(ctx, *cotangents):
+                saved = tuple(t.detach() for t in ctx.saved_tensors)
+                grads = upstreams.upstream(
+                    {**request, "kind": "vjp", "of": request["kind"]}, *rebuild(saved),
+                    {"state": state or {}, "params": [n for n, _ in params],
+                     "cotangents": list(cotangents)})
+                return tuple(grads)
+
+        outputs = Upstream.apply(*tensors, *weights)
+        return tuple(outputs) if shape["tuple"] else outputs[0]
+
     def function_stub(self, name: str):
-        upstreams, torch = self, self.torch
+        upstreams = self
 
         def stub(*args, **kwargs):
-            places = [("a", i) for i, a in enumerate(args) if type(a) is torch.Tensor] + [
-                ("k", k) for k, a in kwargs.items() if type(a) is torch.Tensor]
-            tensors = [args[i] if where == "a" else kwargs[i] for where, i in places]
-            if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-                return upstreams.upstream({"kind": "call", "name": name}, args, kwargs)
-
-            def rebuild(given) -> tuple:  # the arguments, ``given`` in the tensors' places
-                a, k = list(args), dict(kwargs)
-                for (where, i), t in zip(places, given, strict=True):
-                    if where == "a":
-                        a[i] = t
-                    else:
-                        k[i] = t
-                return tuple(a), k
-
-            shape = {}
-
-            class Upstream(torch.autograd.Function):
-                """The reference's result, and its backward pass asked of the grader too (a
-                vector-Jacobian product): gradients flow through an upstream exercise."""
-
-                @staticmethod
-                def forward(ctx, *inputs):
-                    ctx.inputs = tuple(t.detach() for t in inputs)
-                    value = upstreams.upstream({"kind": "call", "name": name}, *rebuild(inputs))
-                    shape["tuple"] = isinstance(value, tuple)
-                    outputs = value if shape["tuple"] else (value,)
-                    # fresh tensors: what autograd hands on must not be views of the inputs
-                    return tuple(o.clone() if type(o) is torch.Tensor else o for o in outputs)
-
-                @staticmethod
-                def backward(ctx, *cotangents):
-                    grads = upstreams.upstream({"kind": "vjp", "name": name},
-                                               *rebuild(ctx.inputs),
-                                               {"cotangents": list(cotangents)})
-                    return tuple(grads)
-
-            outputs = Upstream.apply(*tensors)
-            return tuple(outputs) if shape["tuple"] else outputs[0]
+            return upstreams.differentiable({"kind": "call", "name": name}, args, kwargs)
 
         stub.__name__ = stub.__qualname__ = name
         return stub
@@ -602,8 +618,10 @@ class Upstreams:
 
             def forward(self, *args, **kwargs):
                 state = {k: v.detach() for k, v in self.state_dict().items()}
-                return upstreams.upstream({"kind": "forward", "name": name, "key": self._ck_key,
-                                         "training": self.training}, args, kwargs, state)
+                request = {"kind": "forward", "name": name, "key": self._ck_key,
+                           "training": self.training}
+                params = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+                return upstreams.differentiable(request, args, kwargs, state, params)
 
         Stub.__name__ = Stub.__qualname__ = name
         return Stub

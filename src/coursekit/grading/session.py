@@ -100,10 +100,11 @@ class Remote:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ck("call", args=args, kwargs=kwargs)
 
-    def _ck_backward(self, args: tuple, kwargs: dict, wrt: list[int], params: bool) -> tuple:
+    def _ck_backward(self, args: tuple, kwargs: dict, wrt: list[int], params: bool,
+                     first: int | None = None) -> tuple:
         """:func:`coursekit.grading.autodiff.backward_call`, run in the worker."""
         reply = self._ck("backward", args=tuple(args), kwargs=kwargs, wrt=list(wrt),
-                         params=bool(params))
+                         params=bool(params), first=first)
         if type(reply) is not dict or set(reply) != {"value", "grads", "params"} \
                 or type(reply["grads"]) is not list or type(reply["params"]) is not list \
                 or any(type(p) is not list or len(p) != 2 or type(p[0]) is not str
@@ -458,7 +459,7 @@ class Session:
             return refuse("ValueError", str(err))
         kind = message.get("kind")
         if kind == "vjp":
-            return self._vjp(suite, args, kwargs, state.get("cotangents"))
+            return self._vjp(suite, message, args, kwargs, state)
         try:
             with torch.no_grad():
                 if kind == "call":
@@ -492,17 +493,38 @@ class Session:
             return refuse("RuntimeError", "the reference's result cannot be sent")
         return {"op": "upstream_ok", "value": tree}, encoder.blobs
 
-    def _vjp(self, suite: Suite, args: tuple, kwargs: dict, cotangents: Any) -> tuple:
-        """The backward pass of an upstream function's reference: the gradients, with respect
-        to each tensor argument (positional, then keyword), of Σ ⟨cotangent, output⟩."""
+    def _vjp(self, suite: Suite, message: dict, args: tuple, kwargs: dict, extra: dict) -> tuple:
+        """The backward pass of an upstream reference (a function, or the forward of a module
+        made by a stub): the gradients of Σ ⟨cotangent, output⟩ with respect to each tensor
+        argument (positional, then keyword), then to the parameters ``extra["params"]`` names."""
         def refuse(text: str) -> tuple[dict, list]:
             return {"op": "upstream_error", "type": "RuntimeError", "message": text}, []
 
         places = [("a", i) for i, a in enumerate(args) if type(a) is torch.Tensor] + [
             ("k", k) for k, a in kwargs.items() if type(a) is torch.Tensor]
+        cotangents, names = extra.get("cotangents"), extra.get("params", [])
         if type(cotangents) is not list or any(c is not None and type(c) is not torch.Tensor
                                                for c in cotangents):
             return refuse("malformed gradients")
+        call, weights = suite.solution, {}
+        if message.get("of") == "forward":
+            module = self.instances.get(message.get("key"))
+            state = extra.get("state")
+            owned = dict(module.named_parameters()) if module is not None else {}
+            if module is None or type(state) is not dict or type(names) is not list \
+                    or not all(type(n) is str and n in owned for n in names):
+                return refuse("malformed request")
+            try:
+                module.load_state_dict(state, strict=True)
+            except Exception:
+                return refuse("malformed state")
+            module.train(bool(message.get("training")))
+            weights = {n: owned[n].detach().clone().requires_grad_(True) for n in names}
+
+            def call(*a, **k):
+                return torch.func.functional_call(module, weights, a, k)
+        elif names:
+            return refuse("malformed request")
         args, kwargs = list(args), dict(kwargs)
         leaves = []
         for where, i in places:
@@ -515,12 +537,12 @@ class Session:
                 kwargs[i] = leaf
         try:
             with torch.enable_grad():
-                value = suite.solution(*args, **kwargs)
+                value = call(*args, **kwargs)
                 outputs = list(value) if isinstance(value, tuple) else [value]
                 pairs = [(o, c) for o, c in zip(outputs, cotangents, strict=False)
                          if c is not None and type(o) is torch.Tensor and o.requires_grad
                          and c.shape == o.shape]
-                wanted = [t for t in leaves if t.requires_grad]
+                wanted = [t for t in leaves if t.requires_grad] + list(weights.values())
                 found = torch.autograd.grad([o for o, _ in pairs], wanted,
                                             [c.to(o.dtype) for o, c in pairs],
                                             allow_unused=True) if pairs and wanted else []
@@ -529,6 +551,7 @@ class Session:
             return refuse(clean(text[-1] if text else ""))
         it = iter(found or [None] * len(wanted))
         grads = [next(it) if t.requires_grad else None for t in leaves]
+        grads += [next(it) for _ in weights]
         encoder = protocol.Encoder()
         return {"op": "upstream_ok", "value": encoder([g for g in grads])}, encoder.blobs
 

@@ -180,8 +180,11 @@ ROPE_CASES = [
     Case("(B, H, N, d) = (2, 3, 5, 8), positions 0..4", _rope_case((2, 3, 5, 8), [0, 1, 2, 3, 4])),
     Case("positions 100..105 (a continued sequence)", _rope_case((2, 2, 6, 16), list(range(100, 106))),
          hint="Rotate by the positions you are given, not by 0..N-1."),
-    Case("uneven positions, d=32, base=500", _rope_case((1, 2, 5, 32), [0, 3, 10, 64, 250], 500.0),
-         hint="θ_i = base^(-2i/d): use the base argument."),
+    Case("uneven positions 0, 3, 10, 64, 250, d=32", _rope_case((1, 2, 5, 32), [0, 3, 10, 64, 250]),
+         hint="Each vector is rotated by its own position, positions[n], whatever the gaps "
+              "between them."),
+    Case("base=500, positions 0..4, d=32", _rope_case((1, 2, 5, 32), [0, 1, 2, 3, 4], 500.0),
+         hint="θ_i = base^(-2i/d) with the base argument (this case passes base=500)."),
 ]
 
 SUITES = [

@@ -16,6 +16,7 @@ from torch import nn
 from coursekit import transformer
 from coursekit.attention import causal_mask
 from coursekit.grading.suite import (
+    Backward,
     Case,
     Mutant,
     OutputError,
@@ -34,7 +35,7 @@ def run_layer_norm(cls, args):
     return backward(module, (x,), {"x": 0}, params=True)  # trained through: gradients too
 
 
-def _ln_case(shape, eps=1e-5, constant=False, by_hand=False):
+def _ln_case(shape, eps=1e-5, constant=False, by_hand=False, offset=0.0):
     def make(g):
         d = shape[-1]
         if by_hand:  # (1, 2, 3, 4): μ = 2.5, σ² = 1.25, γ = 1, β = 0
@@ -42,6 +43,7 @@ def _ln_case(shape, eps=1e-5, constant=False, by_hand=False):
         weight = 1 + 0.5 * torch.randn(d, generator=g)
         bias = 0.5 * torch.randn(d, generator=g)
         x = torch.randn(shape, generator=g) * 3 + torch.randn(shape[:-1] + (1,), generator=g)
+        x = x + offset
         if constant:  # the second token is constant: σ² = 0
             x[..., 1, :] = 2.0
         return d, eps, weight, bias, x
@@ -76,7 +78,11 @@ LN_CASES = [
          hint="The variance is the biased one: divide by d_model, not d_model − 1 "
               "(x.var(..., unbiased=False))."),
     Case("large ε = 0.5", _ln_case((2, 3, 8), eps=0.5),
-         hint="ε goes inside the square root: (x − μ) / √(σ² + ε)."),
+         hint="This case passes eps=0.5: use the eps argument, inside the square root, "
+              "(x − μ) / √(σ² + ε)."),
+    Case("tokens with a mean near 1000", _ln_case((2, 3, 8), offset=1000.0),
+         hint="Compute σ² as the mean of (x − μ)², after subtracting the mean: E[x²] − μ² "
+              "cancels catastrophically in float32 when the mean is large.", grad=False),
     Case("a constant token (σ² = 0)", _ln_case((2, 3, 8), constant=True),
          hint="A token whose features are all equal has σ² = 0: ε keeps the division finite "
               "and the output is β."),
@@ -105,8 +111,9 @@ FF_NAMES = ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias")
 
 def _mode(module, dropout):
     """Training mode for a case with dropout = 1 (every dropout site zeroes its input, with no
-    random draws, so the reference and the submission agree exactly), eval mode otherwise."""
-    module.train(dropout > 0)
+    random draws, so the reference and the submission agree exactly), eval mode otherwise (a
+    case with 0 < dropout < 1 checks that dropout is off in eval mode)."""
+    module.train(dropout == 1)
 
 
 def run_feed_forward(cls, args):
@@ -150,6 +157,10 @@ FF_CASES = [
          hint="activation='gelu' is the exact GELU, x·Φ(x) (F.gelu), between the two layers."),
     Case("ReLU, one position, d_ff=4", _ff_case(1, 1, 6, 4, "relu")),
     Case("GELU, B=3, N=5, d_model=4, d_ff=16", _ff_case(3, 5, 4, 16, "gelu")),
+    Case("eval mode, dropout = 0.5: no dropout", _ff_case(2, 3, 8, 16, "gelu", dropout=0.5),
+         hint="Dropout acts only in training mode: in eval mode (module.eval(), "
+              "self.training False) the layer is deterministic. nn.Dropout does this by itself; "
+              "F.dropout needs training=self.training."),
     Case("training mode, dropout = 1", _ff_case(2, 3, 8, 16, "relu", dropout=1.0),
          hint="Dropout acts on the hidden activations, between the two layers: "
               "linear2(dropout(φ(linear1(x)))), and only in training mode (nn.Dropout(dropout)). "
@@ -169,6 +180,14 @@ def torch_names(state):
     return renamed
 
 
+def _exercise_names(module: nn.Module, names: tuple[str, ...], *args, **kwargs):
+    """``module.named_parameters()`` under the exercise's names (the gradients are compared by
+    name); ``names`` are the exercise's, torch_names maps them to torch's."""
+    inverse = {next(iter(torch_names({n: None}))): n for n in names}
+    for name, p in nn.Module.named_parameters(module, *args, **kwargs):
+        yield inverse.get(name.removeprefix("layer."), name), p
+
+
 class TorchEncoderLayer(nn.Module):
     """The authority: ``nn.TransformerEncoderLayer`` behind the exercise's interface."""
 
@@ -180,6 +199,9 @@ class TorchEncoderLayer(nn.Module):
 
     def load_state_dict(self, state, strict=True, assign=False):
         return self.layer.load_state_dict(torch_names(state), strict=strict, assign=assign)
+
+    def named_parameters(self, *args, **kwargs):
+        return _exercise_names(self, ENC_NAMES, *args, **kwargs)
 
     def forward(self, x, key_mask=None, is_causal=False):
         N = x.shape[1]
@@ -199,6 +221,9 @@ class TorchDecoderLayer(nn.Module):
 
     def load_state_dict(self, state, strict=True, assign=False):
         return self.layer.load_state_dict(torch_names(state), strict=strict, assign=assign)
+
+    def named_parameters(self, *args, **kwargs):
+        return _exercise_names(self, DEC_NAMES, *args, **kwargs)
 
     def forward(self, y, memory, key_mask=None, memory_mask=None, is_causal=True):
         N = y.shape[1]
@@ -249,9 +274,11 @@ def run_encoder_block(cls, args):
                  norm_first=norm_first)
     load_parameters(module, dict(zip(ENC_NAMES, weights, strict=True)))
     _mode(module, dropout)
-    with torch.no_grad():
-        result = module(x, key_mask=key_mask, is_causal=is_causal)
-    return _check_tuple(result, 2, "(output, weights)")
+    # trained through (Chapters 7-9 stack these blocks): the gradients of the output with
+    # respect to x and to every parameter are compared too
+    run = backward(module, (x,), {"x": 0}, dict(key_mask=key_mask, is_causal=is_causal),
+                   params=True, first=1)
+    return Backward(_check_tuple(run.value, 2, "(output, weights)"), run.grads)
 
 
 def run_decoder_block(cls, args):
@@ -261,13 +288,12 @@ def run_decoder_block(cls, args):
                  norm_first=norm_first)
     load_parameters(module, dict(zip(DEC_NAMES, weights, strict=True)))
     _mode(module, dropout)
-    with torch.no_grad():
-        if is_causal:  # the default: called as the chapter calls it
-            result = module(y, memory, key_mask=key_mask, memory_mask=memory_mask)
-        else:
-            result = module(y, memory, key_mask=key_mask, memory_mask=memory_mask,
-                            is_causal=False)
-    return _check_tuple(result, 3, "(output, self-attention weights, cross-attention weights)")
+    # the default is_causal is left out of the call, as the chapter calls the block
+    options = dict(key_mask=key_mask, memory_mask=memory_mask) | (
+        {} if is_causal else {"is_causal": False})
+    run = backward(module, (y, memory), {"y": 0, "memory": 1}, options, params=True, first=1)
+    return Backward(_check_tuple(run.value, 3, "(output, self-attention weights, cross-attention "
+                                              "weights)"), run.grads)
 
 
 def _enc_case(*, norm_first, activation="relu", B=2, N=5, d_model=16, n_heads=4, d_ff=32,
@@ -366,7 +392,8 @@ ENC_CASES = [
               "residual stream itself is never normalised inside the block."),
     Case("Post-LN, GELU", _enc_case(norm_first=False, activation="gelu", N=4)),
     Case("key padding mask", _enc_case(norm_first=False, B=3, N=6, lengths=[6, 3, 4]),
-         hint="Pass key_mask to the self-attention: padding keys must get no weight."),
+         hint="key_mask (B, N) is True at real tokens and False at padding, and the "
+              "self-attention takes it as it is: the padding keys (False) must get no weight."),
     Case("causal", _enc_case(norm_first=True, N=6, causal=True),
          hint="Pass is_causal to the self-attention: with it the block is GPT's decoder-only "
               "block."),
@@ -374,6 +401,10 @@ ENC_CASES = [
                                                  causal=True, activation="gelu"),
          hint="Everything at once: Pre-LN (normalise only each sub-layer's input), key_mask and "
               "is_causal both passed to the self-attention, GELU in the FFN."),
+    Case("eval mode, dropout = 0.5: no dropout", _enc_case(norm_first=False, dropout=0.5),
+         hint="Dropout acts only in training mode: in eval mode (self.training False) the block "
+              "is deterministic. nn.Dropout does this by itself; F.dropout needs "
+              "training=self.training."),
     Case("training mode, dropout = 1, Post-LN", _enc_case(norm_first=False, dropout=1.0),
          hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
               "X + Dropout(Sublayer(·)), and only in training mode. With p = 1 every sub-layer's "
@@ -408,6 +439,10 @@ DEC_CASES = [
     Case("GELU", _dec_case(norm_first=True, activation="gelu"),
          hint="Pass activation on to the feed-forward sub-layer: activation='gelu' is the "
               "exact GELU."),
+    Case("eval mode, dropout = 0.5: no dropout", _dec_case(norm_first=True, dropout=0.5),
+         hint="Dropout acts only in training mode: in eval mode (self.training False) the block "
+              "is deterministic. nn.Dropout does this by itself; F.dropout needs "
+              "training=self.training."),
     Case("training mode, dropout = 1, Post-LN", _dec_case(norm_first=False, dropout=1.0),
          hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
               "Y + Dropout(Sublayer(·)), and only in training mode. With p = 1 every sub-layer's "

@@ -176,6 +176,9 @@ TOP_P_CASES = [
          hint="Filter along the last axis (the vocabulary), whatever the leading axes."),
     Case("large logits (×30)", _top_p_case((2, 16), 0.9, scale=30.0),
          hint="Compute the probabilities with softmax (stable for large logits)."),
+    Case("very large logits (×100)", _top_p_case((3, 12), 0.9, scale=100.0),
+         hint="Compute the probabilities with softmax, which subtracts the row's maximum first: "
+              "exp of a logit near 300 overflows float32 to inf."),
 ]
 
 

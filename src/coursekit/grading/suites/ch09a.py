@@ -258,7 +258,9 @@ NAMES = ("tok", "blocks.0.self_attn.q", "blocks.0.self_attn.k", "blocks.0.self_a
 
 
 def _target_case(target_modules):
-    return lambda g: (NAMES, target_modules)
+    """A str (a regex) or a list of names, as peft's LoraConfig takes them."""
+    return lambda g: (NAMES, target_modules if isinstance(target_modules, str)
+                      else list(target_modules))
 
 
 def _matcher(rule):
@@ -288,10 +290,13 @@ TARGET_CASES = [
     Case("['linear']: no substring matches", _target_case(("linear",)),
          hint="'linear' is not the name of any module ('linear1' is): a list entry matches a name "
               "equal to it or ending with '.' + entry, never a substring."),
-    Case("['head', 'self_attn.v']: a whole name, a two-part suffix",
-         _target_case(("head", "self_attn.v")),
+    Case("['head']: a whole name", _target_case(("head",)),
          hint="A list entry may be the whole name ('head' has no dot before it): test name == t "
               "as well as name.endswith('.' + t)."),
+    Case("['self_attn.v']: a suffix of two parts", _target_case(("self_attn.v",)),
+         hint="A list entry may hold dots: 'self_attn.v' matches every name that ends with "
+              "'.self_attn.v', so compare the end of the name with '.' + entry, not only its "
+              "last part."),
     Case("a regex over the whole name", _target_case(r"blocks\.1\.self_attn\.(q|v)"),
          hint="A string is a regular expression, not a list of names: re.fullmatch(pattern, name)."),
     Case("a regex that matches only inside the name", _target_case(r"self_attn\.(q|v)"),
