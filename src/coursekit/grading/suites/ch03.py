@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from coursekit import attention
-from coursekit.grading.suite import Case, Mutant, Suite, load_parameters
+from coursekit.grading.suite import Case, Mutant, Suite, backward, load_parameters
 
 NEG_INF = float("-inf")
 
@@ -235,7 +235,8 @@ def run_layer(cls, args):
     x, W_Q, W_K, W_V, mask = args
     layer = cls(x.shape[-1], W_Q.shape[0], W_V.shape[0])
     load_parameters(layer, {"W_Q.weight": W_Q, "W_K.weight": W_K, "W_V.weight": W_V})
-    return layer(x) if mask is None else layer(x, mask)
+    # trained through: the gradients with respect to x and the three weights are compared too
+    return backward(layer, (x,) if mask is None else (x, mask), {"x": 0}, params=True)
 
 
 def _layer_case(B, N, d_model, d_k, d_v, mask=None):

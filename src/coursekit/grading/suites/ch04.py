@@ -14,7 +14,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from coursekit import attention
-from coursekit.grading.suite import Case, Mutant, OutputError, Suite, load_parameters
+from coursekit.grading.suite import (
+    Backward,
+    Case,
+    Mutant,
+    OutputError,
+    Suite,
+    backward,
+    load_parameters,
+)
 
 # ----------------------------------------------------------------------------- 04.1 / 04.2
 
@@ -101,6 +109,11 @@ class TorchMultiheadAttention(nn.Module):
                    "out_proj.bias": state["out_proj.bias"]}
         return self.mha.load_state_dict(renamed, strict=strict, assign=assign)
 
+    def named_parameters(self, *args, **kwargs):
+        """Under the exercise's names (``in_proj.weight``, ...): gradients are compared by name."""
+        for name, p in super().named_parameters(*args, **kwargs):
+            yield name.removeprefix("mha.").replace("in_proj_", "in_proj."), p
+
     def forward(self, x_q, x_kv=None, attn_mask=None, key_mask=None, is_causal=False,
                 need_weights=False):
         x_kv = x_q if x_kv is None else x_kv
@@ -130,13 +143,17 @@ def run_mha(cls, args):
     load_parameters(module, {"in_proj.weight": W_in, "in_proj.bias": b_in,
                              "out_proj.weight": W_out, "out_proj.bias": b_out})
     module.eval()
-    with torch.no_grad():
-        result = module(x_q, x_kv, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
-                        need_weights=need_weights)
+    # trained through: the gradients of the output with respect to the inputs and to the four
+    # parameters are compared too
+    inputs, wrt = ((x_q,), {"x_q": 0}) if x_kv is None else ((x_q, x_kv), {"x_q": 0, "x_kv": 1})
+    run = backward(module, inputs, wrt, dict(attn_mask=attn_mask, key_mask=key_mask,
+                                             is_causal=is_causal, need_weights=need_weights),
+                   params=True, first=1)
+    result = run.value
     if not isinstance(result, tuple) or len(result) != 2:
         raise OutputError(f"forward returned a {type(result).__name__}; it should return the "
                           "tuple (output, weights)")
-    return tuple(result) if need_weights else result[0]
+    return Backward(tuple(result) if need_weights else result[0], run.grads)
 
 
 def _mha_case(d_model, n_heads, B, N_q, N_k=None, key_lengths=None, causal=False,
