@@ -511,6 +511,14 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
                     return (f"{label} is right in {int((~bad).sum())} of its {bad.numel()} rows "
                             f"(along the last axis) and wrong in the others, the first at index "
                             f"{first}")
+                columns = ~torch.isclose(rows_a, rows_e, atol=atol, rtol=rtol).all(0)
+                if 0 < int(columns.sum()) < columns.numel():
+                    wrong = columns.nonzero()[:, 0].tolist()
+                    shown = ", ".join(map(str, wrong[:6])) + (", ..." if len(wrong) > 6 else "")
+                    return (f"{label} is right in {columns.numel() - len(wrong)} of its "
+                            f"{columns.numel()} columns (features, the last axis) at every "
+                            f"position, and wrong in column{'s' if len(wrong) > 1 else ''} "
+                            f"{shown}")
         return ""
     return ""
 
@@ -703,8 +711,18 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                                                      results[first].outputs, suite.atol, suite.rtol)
     except Exception:
         related = ""
-    if not related and first is not None and "trainable" in results[first].message:
-        related = results[first].message  # which parameters are trainable is the observation
+    if not related and first is not None and (
+            "trainable" in results[first].message
+            or re.match(r"(\S+ \d+: |the \S+ \S+ \S+ `\w+`: )?(dtype|shape) ",
+                        results[first].message)
+            or results[first].message.startswith("returned ")):
+        # which parameters are trainable, a dtype, a shape or a count of outputs that is not
+        # the expected one: the structure is the observation
+        said = results[first].message
+        said = ("your code " + said if said.startswith("returned ") else
+                re.sub(r"^(?:(.+?): )?(dtype|shape) ",
+                       lambda m: f"{m.group(1) or 'your output'} has {m.group(2)} ", said))
+        related = said
     observed = (f"In the case '{suite.cases[first].name}', {sentence(related)} "
                 if related else "")
     try:
