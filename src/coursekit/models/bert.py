@@ -135,6 +135,23 @@ class BertClassifier(nn.Module):
         return self.head(self.dropout(self.bert.pooled(hidden)))
 
 
+class ClsHead(nn.Module):
+    """``BertForSequenceClassification``'s head on its own (exercise 07.6): the pooler (a linear
+    layer and tanh on the [CLS] vector, as :meth:`Bert.pooled`), dropout, a linear classifier.
+
+    hidden: (B, N, d_model) -> logits (B, n_classes).
+    """
+
+    def __init__(self, d_model: int, n_classes: int = 2, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.pooler = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(d_model, n_classes)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.classifier(self.dropout(torch.tanh(self.pooler(hidden[:, 0]))))
+
+
 def mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Cross-entropy at the picked positions only: labels (B, N) hold -100 everywhere else."""
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
