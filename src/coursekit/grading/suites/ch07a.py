@@ -1,10 +1,13 @@
-"""Chapter 7, notebook 07a (GPT) — ``merge_pair`` (the BPE merge step) and ``top_p_filter``.
+"""Chapter 7, notebook 07a (GPT) — ``merge_pair`` (the BPE merge step), ``top_p_filter`` and
+``next_token_loss`` (the causal language-model loss).
 
 Authorities: the merge step is checked against a written-out reading of Sennrich et al.'s
 algorithm (merge non-overlapping occurrences, left to right, as GPT-2's ``bpe()`` does with its
 ``word.index(first, i)`` scan), which ``tests/test_ch07a_gpt.py`` proves equal to the BPE
 model of Hugging Face ``tokenizers`` on every case; top-p filtering against Hugging Face's
-``TopPLogitsWarper``, the filter ``generate(top_p=...)`` applies.
+``TopPLogitsWarper``, the filter ``generate(top_p=...)`` applies; the next-token loss against
+Hugging Face's ``ForCausalLMLoss``, the loss ``GPT2LMHeadModel(..., labels=ids)`` computes (it
+shifts the labels itself, and ignores the label -100, to which the padding targets are mapped).
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from coursekit import decoding
 from coursekit.data import bpe
 from coursekit.grading.suite import Case, Mutant, OutputError, Suite
+from coursekit.models import tiny_transformer
 
 # ----------------------------------------------------------------------------- 07.1 merge_pair
 
@@ -201,6 +206,101 @@ def _top_p_variant(*, strict=False, sorted_out=False, fill=-math.inf, probs_out=
     return top_p_filter
 
 
+# ----------------------------------------------------------------------------- 07.7 next_token_loss
+
+
+def hf_next_token_loss(logits, ids, pad_id=0):
+    """The authority: ``GPT2LMHeadModel``'s loss with ``labels=ids`` (``ForCausalLMLoss``, which
+    shifts the labels by one and ignores -100), the padding targets mapped to -100."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    labels = ids.masked_fill(ids == pad_id, -100)
+    return ForCausalLMLoss(logits, labels, vocab_size=logits.shape[-1])
+
+
+def _loss_case(B, N, V, *, pad_id=0, lengths=None, scale=2.0):
+    """logits (B, N, V) of spread ``scale``; ids with real tokens drawn from every id but
+    ``pad_id`` (0 included when it is not the padding), each row padded after ``lengths[b]``."""
+    def make(g):
+        logits = scale * torch.randn(B, N, V, generator=g)
+        ids = torch.randint(V - 1, (B, N), generator=g)
+        ids = ids + (ids >= pad_id).long()  # every id but pad_id
+        if lengths is not None:
+            pad = torch.arange(N)[None] >= torch.tensor(lengths)[:, None]
+            ids = ids.masked_fill(pad, pad_id)
+        return logits, ids, pad_id
+
+    return make
+
+
+LOSS_CASES = [
+    Case("B=3, N=8, |V|=11, no padding", _loss_case(3, 8, 11)),
+    Case("right-padded sentences (pad_id = 0)", _loss_case(4, 9, 10, lengths=[9, 5, 7, 3]),
+         hint="A target that is padding (ids[:, t+1] == pad_id) adds nothing to the loss: leave "
+              "it out of the sum and out of the count (ignore_index=pad_id)."),
+    Case("pad_id = 3, and the id 0 is a real token", _loss_case(3, 8, 9, pad_id=3,
+                                                                  lengths=[8, 4, 6]),
+         hint="Skip the targets equal to the pad_id argument, whatever its value (here 3), and "
+              "only those: 0 is then an id like any other."),
+    Case("B=1, N=10, |V|=7", _loss_case(1, 10, 7)),
+    Case("N=2: one target per sentence", _loss_case(5, 2, 8),
+         hint="Position t predicts the next id: with N=2 the logits of position 0 are scored "
+              "against ids[:, 1], and the last position's logits predict nothing."),
+    Case("logits of magnitude about 300", _loss_case(2, 7, 12, lengths=[7, 5], scale=100.0),
+         hint="With logits this large, exp overflows and the softmax of a wrong id underflows "
+              "to 0, whose log is −∞: take log-probabilities with F.log_softmax (or use "
+              "F.cross_entropy), which subtracts the largest logit first."),
+    Case("a sentence with only padding after its first token",
+         _loss_case(4, 7, 9, lengths=[7, 1, 5, 6]),
+         hint="Average over every non-padding target of the batch at once: a sentence whose "
+              "targets are all padding adds nothing, to the sum or to the count."),
+]
+
+
+def _loss_variant(*, shift=1, ignore=True, reduction="mean"):
+    """A wrong ``next_token_loss``, one bug switched on by the arguments."""
+
+    def next_token_loss(logits, ids, pad_id=0):
+        if shift == 1:
+            z, y = logits[:, :-1], ids[:, 1:]
+        elif shift == -1:
+            z, y = logits[:, 1:], ids[:, :-1]
+        else:
+            z, y = logits, ids
+        return F.cross_entropy(z.flatten(0, 1), y.flatten(), reduction=reduction,
+                               ignore_index=pad_id if ignore else -100)
+
+    return next_token_loss
+
+
+def _loss_per_sentence(logits, ids, pad_id=0):
+    """The mean over each sentence's targets, then over the sentences."""
+    y = ids[:, 1:]
+    nll = -F.log_softmax(logits[:, :-1], dim=-1).gather(-1, y[..., None])[..., 0]
+    keep = (y != pad_id).float()
+    return ((nll * keep).sum(1) / keep.sum(1)).mean()
+
+
+LOSS_MUTANTS = [
+    Mutant("no shift", _loss_variant(shift=0),
+           "You score position t's logits against ids[:, t], the token the model has just read. "
+           "Position t predicts the next one: compare logits[:, :-1] with ids[:, 1:]."),
+    Mutant("shifted the wrong way", _loss_variant(shift=-1),
+           "You score position t + 1's logits against ids[:, t], the token before it. Shift the "
+           "other way: logits[:, :-1] predict ids[:, 1:]."),
+    Mutant("padding not ignored", _loss_variant(ignore=False),
+           "Your loss counts the padding targets. Leave out every target equal to pad_id "
+           "(F.cross_entropy's ignore_index=pad_id): padding is not text to predict."),
+    Mutant("sum instead of mean", _loss_variant(reduction="sum"),
+           "Your loss is the sum of the targets' cross-entropies; it is their mean over the "
+           "non-padding targets (a sum would make the step size grow with the batch and the "
+           "length)."),
+    Mutant("mean per sentence, then over sentences", _loss_per_sentence,
+           "You average within each sentence and then over the sentences, which weighs a short "
+           "sentence's targets more than a long one's (and divides by 0 for a sentence with no "
+           "target). Take one mean over every non-padding target of the batch at once."),
+]
+
 SUITES = [
     Suite(
         exercise="07.1",
@@ -257,5 +357,19 @@ SUITES = [
             Mutant("ascending sort", _top_p_variant(ascending=True),
                    "Sort in descending order: the nucleus is made of the *most* probable tokens."),
         ],
+    ),
+    Suite(
+        exercise="07.7",
+        name="next_token_loss",
+        points=2,
+        reference=hf_next_token_loss,
+        solution=tiny_transformer.next_token_loss,
+        arg_names=("logits", "ids", "pad_id"),
+        grad=("logits",),
+        cases=LOSS_CASES,
+        hint="Drop the last position's logits and the first id (logits[:, :-1] predict "
+             "ids[:, 1:]), flatten (B, N − 1) into one axis, and take the mean cross-entropy "
+             "over the targets that are not pad_id.",
+        mutants=LOSS_MUTANTS,
     ),
 ]
