@@ -1,4 +1,4 @@
-"""Chapter 7, T5 notebook (07c) — exercise 07.4, ``span_corruption``.
+"""Chapter 7, T5 notebook (07c) — exercises 07.4, ``span_corruption``, and 07.8, ``shift_right``.
 
 The authority is the span-corruption code of Hugging Face's T5 pre-training example
 (``examples/flax/language-modeling/run_t5_mlm_flax.py``: ``create_sentinel_ids`` and
@@ -7,14 +7,21 @@ The authority is the span-corruption code of Hugging Face's T5 pre-training exam
 are the same two functions applied to the inverted mask, which is why they end with one more
 sentinel exactly when the sequence ends with a kept token. ``tests/test_ch07c_t5.py`` checks it on
 the published examples (the T5 paper's Figure 2, the Hugging Face T5 page).
+
+The authority for ``shift_right`` is Hugging Face's ``T5PreTrainedModel._shift_right``, called on
+a tiny ``T5Config`` whose ``decoder_start_token_id`` and ``pad_token_id`` are the case's.
 """
 
 from __future__ import annotations
+
+import os
+from types import SimpleNamespace
 
 import torch
 
 from coursekit.data import instructions
 from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.models import t5
 
 
 def t5_span_corruption(ids, noise_mask, sentinels):
@@ -163,3 +170,133 @@ SUITES = [
         ],
     ),
 ]
+
+
+# ----------------------------------------------------------------------------- 07.8 shift_right
+
+
+def hf_shift_right(labels, start_id=0, pad_id=0):
+    """Hugging Face's ``T5PreTrainedModel._shift_right``, unbound, on an object holding a tiny
+    ``T5Config`` (``decoder_start_token_id=start_id``, ``pad_token_id=pad_id``)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the config is local
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5PreTrainedModel
+
+    config = T5Config(vocab_size=64, d_model=4, d_kv=2, d_ff=4, num_layers=1, num_heads=2,
+                      decoder_start_token_id=start_id, pad_token_id=pad_id)
+    return T5PreTrainedModel._shift_right(SimpleNamespace(config=config), labels)
+
+
+def _shift_variant(*, left=False, start_last=False, keep_ignored=False, ignore_start=False,
+                   keep_last=False):
+    """A wrong shift_right, one bug switched on by the arguments."""
+
+    def variant(labels, start_id=0, pad_id=0):
+        first = pad_id if ignore_start else start_id
+        start = labels.new_full((labels.shape[0], 1), first)
+        if left:
+            shifted = torch.cat([labels[:, 1:], start], dim=1)
+        elif start_last:
+            shifted = torch.cat([labels[:, :-1], start], dim=1)
+        elif keep_last:
+            shifted = torch.cat([start, labels], dim=1)
+        else:
+            shifted = torch.cat([start, labels[:, :-1]], dim=1)
+        return shifted if keep_ignored else shifted.masked_fill(shifted == -100, pad_id)
+
+    return variant
+
+
+def _labels(rows, *ids):
+    """Fixed labels (a list of rows), then start_id and pad_id where given."""
+
+    def make(g):
+        return (torch.tensor(rows, dtype=torch.long), *ids)
+
+    return make
+
+
+def _random_labels(batch, length, low, high, start_id, pad_id, ignored=()):
+    """Random ids in [low, high), ``ignored`` = (row, first position) pairs: -100 from there on
+    (a right-padded target), or (row, position, "one") for a single -100 inside the row."""
+
+    def make(g):
+        labels = torch.randint(low, high, (batch, length), generator=g)
+        for row, at, *one in ignored:
+            if one:
+                labels[row, at] = -100
+            else:
+                labels[row, at:] = -100
+        return labels, start_id, pad_id
+
+    return make
+
+
+IGNORED = ("In the shifted labels, every -100 (a label the loss ignores, no id of the "
+           "vocabulary) becomes pad_id and nothing else changes: find the -100s in the shifted "
+           "tensor, not in the labels (they have moved one position right), and write pad_id "
+           "there, not 0 or start_id.")
+
+SHIFT_CASES = [
+    Case("by hand: 2 rows of 5 labels, the default start_id = pad_id = 0 (T5's)",
+         _labels([[11, 12, 13, 14, 15], [21, 22, 23, 24, 25]])),
+    Case("start_id = 2, pad_id = 0: the first position holds start_id",
+         _random_labels(3, 6, 10, 50, 2, 0),
+         hint="Position 0 of every row is start_id (T5 happens to use the pad id, but here "
+              "they are separate arguments); the labels follow from position 1."),
+    Case("right-padded labels, -100 at the end of two rows; start_id = 7, pad_id = 5",
+         _random_labels(4, 7, 10, 50, 7, 5, ignored=[(0, 4), (2, 2)]), hint=IGNORED),
+    Case("a single -100 inside a row, ids after it; start_id = 9, pad_id = 2",
+         _random_labels(3, 8, 10, 50, 9, 2, ignored=[(1, 3, "one"), (2, 5, "one")]),
+         hint=IGNORED),
+    Case("a training batch: 8 rows right-padded with -100 at random lengths, start = pad = 0",
+         _random_labels(8, 9, 3, 60, 0, 0, ignored=[(0, 3), (1, 8), (3, 5), (4, 1), (6, 7)]),
+         hint=IGNORED),
+    Case("labels holding pad_id = 4 and ids below it, no -100; start_id = 1",
+         _labels([[4, 2, 4, 3, 9, 1], [0, 4, 5, 4, 4, 8]], 1, 4),
+         hint="Only -100 becomes pad_id: every other label, pad_id itself and the ids below it "
+              "included, is copied as it is."),
+    Case("B = 1: one row of 6 labels; start_id = 3, pad_id = 1",
+         _random_labels(1, 6, 10, 50, 3, 1),
+         hint="With B = 1 the output is still (1, N_t): keep the batch axis, shift along the "
+              "positions."),
+    Case("N_t = 1: each row is the start token alone; start_id = 6, pad_id = 0",
+         _random_labels(3, 1, 10, 50, 6, 0),
+         hint="With N_t = 1 the one label is the last one, which the decoder never reads: each "
+              "row of the output is start_id alone, and the output is (B, 1)."),
+]
+
+SUITES.append(
+    Suite(
+        exercise="07.8",
+        name="shift_right",
+        points=2,
+        reference=hf_shift_right,
+        solution=t5.shift_right,
+        cases=SHIFT_CASES,
+        hint="The decoder's input is each row of labels moved one position right: start_id at "
+             "position 0, then the labels without their last one, with every -100 replaced by "
+             "pad_id. The output has the labels' shape and dtype.",
+        mutants=[
+            Mutant("shifted left", _shift_variant(left=True),
+                   "Your rows are shifted left: they start with the second label and end with "
+                   "start_id. Teacher forcing feeds the decoder the labels moved one position "
+                   "right, behind start_id, so that position t reads label t − 1 and predicts "
+                   "label t."),
+            Mutant("start token at the end", _shift_variant(start_last=True),
+                   "Your output holds the right labels, but start_id is at the end of each row: "
+                   "it goes first (position 0), and the labels follow from position 1."),
+            Mutant("-100 left in place", _shift_variant(keep_ignored=True),
+                   "Your output still holds -100 where the labels did: -100 only tells the loss "
+                   "to ignore a position, it is no id the embedding table holds; replace it "
+                   "with pad_id in the decoder's input."),
+            Mutant("pad_id as the start token", _shift_variant(ignore_start=True),
+                   "Your rows start with pad_id: the start token is start_id (T5 sets both to 0, "
+                   "but they are separate arguments)."),
+            Mutant("last label kept", _shift_variant(keep_last=True),
+                   "Your output has N_t + 1 positions: the last label is never an input (there "
+                   "is nothing after it to predict), so drop it and keep the labels' shape "
+                   "(B, N_t)."),
+        ],
+    )
+)
