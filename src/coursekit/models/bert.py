@@ -118,23 +118,6 @@ class Bert(nn.Module):
         return self.mlm_logits(hidden), self.nsp_logits(hidden)
 
 
-class BertClassifier(nn.Module):
-    """A sentence classifier on top of a (pre-trained) :class:`Bert`: the pooled [CLS] vector
-    -> dropout -> one linear layer (``BertForSequenceClassification``'s head)."""
-
-    def __init__(self, bert: Bert, n_classes: int = 2, dropout: float = 0.1) -> None:
-        super().__init__()
-        self.bert = bert
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(bert.config.d_model, n_classes)
-
-    def forward(self, ids: Tensor, segments: Tensor | None = None,
-                key_mask: Tensor | None = None) -> Tensor:
-        """ids: (B, N) -> logits (B, n_classes)."""
-        hidden, _ = self.bert.encode(ids, segments, key_mask)
-        return self.head(self.dropout(self.bert.pooled(hidden)))
-
-
 class ClsHead(nn.Module):
     """``BertForSequenceClassification``'s head on its own (exercise 07.6): the pooler (a linear
     layer and tanh on the [CLS] vector, as :meth:`Bert.pooled`), dropout, a linear classifier.
@@ -150,6 +133,25 @@ class ClsHead(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         return self.classifier(self.dropout(torch.tanh(self.pooler(hidden[:, 0]))))
+
+
+class BertClassifier(nn.Module):
+    """A sentence classifier on top of a (pre-trained) :class:`Bert`: its encoder, then a [CLS]
+    head (``BertForSequenceClassification``'s), whose pooler starts from BERT's own. ``head`` is
+    the head's class: :class:`ClsHead`, or the notebook's exercise 07.6."""
+
+    def __init__(self, bert: Bert, n_classes: int = 2, dropout: float = 0.1,
+                 head: type[nn.Module] | None = None) -> None:
+        super().__init__()
+        self.bert = bert
+        self.head = (head or ClsHead)(bert.config.d_model, n_classes, dropout=dropout)
+        self.head.pooler.load_state_dict(bert.pooler.state_dict())  # pre-trained with NSP
+
+    def forward(self, ids: Tensor, segments: Tensor | None = None,
+                key_mask: Tensor | None = None) -> Tensor:
+        """ids: (B, N) -> logits (B, n_classes)."""
+        hidden, _ = self.bert.encode(ids, segments, key_mask)
+        return self.head(hidden)
 
 
 def mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
