@@ -63,3 +63,59 @@ SHIFT_RIGHT = [
 ]
 
 VARIANTS: list = [*SHIFT_RIGHT]
+
+# ----------------------------------------------------------------------------- 07.9 position_bias
+# relative_position_bucket is Exercise 05.2, which the notebook imports from coursekit: the grader
+# provides it (an import of coursekit inside the cell is refused by the batch grader).
+PB = "def position_bias(table, n_q, n_k, bidirectional=True, max_distance=128):\n"
+PB_POS = ("    query = torch.arange(n_k - n_q, n_k)[:, None]\n"
+          "    key = torch.arange(n_k)[None, :]\n")
+PB_BUCKETS = ("    buckets = relative_position_bucket(key - query, bidirectional, table.shape[0], "
+              "max_distance)\n")
+
+
+def pb(tail, pos=PB_POS, buckets=PB_BUCKETS):
+    return PB + pos + buckets + tail
+
+
+PB_RETURN = "    return table[buckets].permute(2, 0, 1)\n"
+
+POSITION_BIAS = [
+    bug("position_bias", "offset i − j", pb(PB_RETURN, buckets=PB_BUCKETS.replace(
+        "key - query", "query - key")), mutant="offset i − j"),
+    bug("position_bias", "queries at positions 0..N_q − 1", pb(PB_RETURN, pos=PB_POS.replace(
+        "torch.arange(n_k - n_q, n_k)", "torch.arange(n_q)")), mutant="queries at the first positions"),
+    bug("position_bias", "bidirectional hard-coded", pb(PB_RETURN, buckets=PB_BUCKETS.replace(
+        "key - query, bidirectional", "key - query, True")), mutant="always bidirectional"),
+    bug("position_bias", "max_distance not passed", pb(PB_RETURN, buckets=(
+        "    buckets = relative_position_bucket(key - query, bidirectional, table.shape[0])\n")),
+        mutant="max_distance left at its default"),
+    bug("position_bias", "heads left last", pb("    return table[buckets]\n"), mutant="heads last"),
+    bug("position_bias", "buckets from the heads' axis", pb(PB_RETURN, buckets=PB_BUCKETS.replace(
+        "table.shape[0]", "table.shape[1]")), mutant="number of buckets read from the heads' axis"),
+    bug("position_bias", "num_buckets left at 32", pb(PB_RETURN, buckets=(
+        "    buckets = relative_position_bucket(key - query, bidirectional, "
+        "max_distance=max_distance)\n")), expect="table.shape[0]"),
+    bug("position_bias", "a fresh nn.Embedding instead of the table", pb(
+        "    emb = torch.nn.Embedding(table.shape[0], table.shape[1])\n"
+        "    return emb(buckets).permute(2, 0, 1)\n")),
+    bug("position_bias", "table detached", pb("    return table.detach()[buckets].permute(2, 0, 1)\n"),
+        expect="no gradient reaches"),
+    bug("position_bias", "reshape instead of permute", pb(
+        "    return table[buckets].reshape(table.shape[1], n_q, n_k)\n"), kind="layout",
+        expect="reshape"),
+    bug("position_bias", "keys and queries swapped in the output", pb(
+        "    return table[buckets].permute(2, 1, 0)\n"), kind="layout", expect="transpose"),
+    bug("position_bias", "queries one position late", pb(PB_RETURN, pos=PB_POS.replace(
+        "torch.arange(n_k - n_q, n_k)", "torch.arange(n_k - n_q + 1, n_k + 1)")),
+        expect="shifted by one"),
+    alt("position_bias", "F.embedding, then movedim", pb(
+        "    return F.embedding(buckets, table).movedim(-1, 0)\n")),
+    alt("position_bias", "one head at a time", pb(
+        "    return torch.stack([table[:, h][buckets] for h in range(table.shape[1])])\n")),
+    alt("position_bias", "one-hot buckets times the table", pb(
+        "    one_hot = F.one_hot(buckets, table.shape[0]).to(table.dtype)\n"
+        "    return torch.einsum('qkb,bh->hqk', one_hot, table)\n")),
+]
+
+VARIANTS += POSITION_BIAS

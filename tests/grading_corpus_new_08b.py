@@ -88,3 +88,47 @@ Z = [
 ]
 
 VARIANTS: list = [*Z]
+
+# ----------------------------------------------------------------------------- 08.6 eot_pool
+EP = "def eot_pool(hidden, ids, eot_id):\n"
+EP_ROWS = "    rows = torch.arange(hidden.shape[0])\n"
+
+EOT_POOL = [
+    bug("eot_pool", "argmax of the ids", EP + EP_ROWS + "    return hidden[rows, ids.argmax(-1)]\n",
+        mutant="largest id"),
+    bug("eot_pool", "last position", EP + "    return hidden[:, -1]\n", mutant="last position"),
+    bug("eot_pool", "last <eot> via nonzero", EP + EP_ROWS +
+        "    at = torch.stack([(row == eot_id).nonzero()[-1, 0] for row in ids])\n"
+        "    return hidden[rows, at]\n", mutant="last <eot>"),
+    bug("eot_pool", "length from non-zero ids", EP + EP_ROWS +
+        "    return hidden[rows, (ids != 0).sum(-1) - 1]\n", mutant="length from the non-zero ids"),
+    bug("eot_pool", "mean pooling", EP + "    return hidden.mean(1)\n", mutant="mean over positions"),
+    bug("eot_pool", "mean up to and with <eot>", EP +
+        "    upto = ((ids == eot_id).int().cumsum(-1) == 0) | (ids == eot_id)\n"
+        "    keep = upto & ((ids == eot_id).int().cumsum(-1) <= 1)\n"
+        "    return (hidden * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)\n"),
+    bug("eot_pool", "hidden[:, at] (a B x B x d gather)", EP +
+        "    return hidden[:, (ids == eot_id).int().argmax(-1)]\n", kind="layout"),
+    bug("eot_pool", "position after <eot>", EP + EP_ROWS +
+        "    at = (ids == eot_id).int().argmax(-1) + 1\n"
+        "    return hidden[rows, at.clamp(max=hidden.shape[1] - 1)]\n"),
+    bug("eot_pool", "length counted with a Python loop that stops at padding 0", EP + EP_ROWS +
+        "    at = []\n    for row in ids.tolist():\n        n = 0\n"
+        "        while n < len(row) and row[n] != 0:\n            n += 1\n"
+        "        at.append(max(n - 1, 0))\n    return hidden[rows, torch.tensor(at)]\n"),
+    bug("eot_pool", "detached", EP + EP_ROWS +
+        "    return hidden.detach()[rows, (ids == eot_id).int().argmax(-1)]\n",
+        expect="no gradient reaches"),
+    alt("eot_pool", "nonzero of the first match", EP + EP_ROWS +
+        "    at = torch.stack([(row == eot_id).nonzero()[0, 0] for row in ids])\n"
+        "    return hidden[rows, at]\n"),
+    alt("eot_pool", "gather", EP +
+        "    at = (ids == eot_id).int().argmax(-1)\n"
+        "    index = at[:, None, None].expand(-1, 1, hidden.shape[-1])\n"
+        "    return hidden.gather(1, index).squeeze(1)\n"),
+    alt("eot_pool", "one-hot weights", EP +
+        "    first = (ids == eot_id).int().cumsum(-1).eq(1) & (ids == eot_id)\n"
+        "    return torch.einsum('bn,bnd->bd', first.to(hidden.dtype), hidden)\n"),
+]
+
+VARIANTS += EOT_POOL

@@ -91,13 +91,12 @@ QUANTIZE = [
 ]
 
 # ----------------------------------------------------------------------------- 09.5 double_quantize
-D = "def double_quantize(absmax, blocksize=256):\n"
-CODE8 = "    code = torch.linspace(-1, 1, 255)\n"
+D = "def double_quantize(absmax, code, blocksize=256):\n"
 CENTRE = "    mean = absmax.mean()\n    centred = absmax - mean\n    n = centred.numel()\n"
 PAD = "    padded = F.pad(centred, (0, (-n) % blocksize))\n"
 
 
-def upstream(code: str = CODE8, centre: str = CENTRE, pad: str = PAD,
+def upstream(code: str = "", centre: str = CENTRE, pad: str = PAD,
              call: str = "    idx, absmax2 = quantize_blockwise(padded, code, blocksize)\n",
              ret: str = "    return idx[:n], absmax2, mean\n") -> str:
     """A double_quantize that calls the earlier exercise, one piece of it replaced."""
@@ -109,19 +108,21 @@ DOUBLE = [
     bug("double_quantize", "the constants quantised as they are",
         upstream(centre="    mean = absmax.mean()\n    centred = absmax\n    n = centred.numel()\n"),
         mutant="mean not subtracted"),
-    bug("double_quantize", "one absmax for every block", D + CENTRE + CODE8 +
+    bug("double_quantize", "one absmax for every block", D + CENTRE +
         "    s = centred.abs().max()\n"
         "    idx = torch.bucketize(centred / s, (code[1:] + code[:-1]) / 2)\n"
         "    return idx.to(torch.uint8), s.repeat(-(-n // blocksize)), mean\n",
         mutant="one scale for all blocks"),
-    bug("double_quantize", "floor of the grid position", D + CENTRE + PAD +
+    bug("double_quantize", "the code value below (searchsorted on the code)", D + CENTRE + PAD +
         "    blocks = padded.view(-1, blocksize)\n"
         "    absmax2 = blocks.abs().amax(dim=1)\n"
-        "    x = blocks / absmax2[:, None]\n"
-        "    idx = torch.floor((x + 1) * 127).flatten()[:n]\n"
-        "    return idx.to(torch.uint8), absmax2, mean\n", mutant="truncated, not rounded"),
-    bug("double_quantize", "256 code values", upstream(code="    code = torch.linspace(-1, 1, 256)\n"),
-        mutant="a 256-value code"),
+        "    x = (blocks / absmax2[:, None]).flatten()\n"
+        "    idx = (torch.searchsorted(code, x, right=True) - 1).clamp(min=0)[:n]\n"
+        "    return idx.to(torch.uint8), absmax2, mean\n",
+        mutant="rounded down, not to the nearest"),
+    bug("double_quantize", "a linear 8-bit code of its own",
+        upstream(code="    code = torch.linspace(-1, 1, 255)\n"),
+        mutant="a linear code in place of `code`"),
     bug("double_quantize", "no padding", upstream(pad="    padded = centred\n"),
         mutant="the last block not padded"),
     # --- bugs the mutants do not foresee
@@ -129,7 +130,7 @@ DOUBLE = [
         "    n = absmax.numel()\n"
         "    padded = F.pad(absmax, (0, (-n) % blocksize))\n"
         "    mean = padded.mean()\n"
-        "    padded = padded - mean\n" + CODE8 +
+        "    padded = padded - mean\n"
         "    idx, absmax2 = quantize_blockwise(padded, code, blocksize)\n"
         "    return idx[:n], absmax2, mean\n", expect="padding"),
     bug("double_quantize", "the padding's indices kept", upstream(
@@ -146,26 +147,31 @@ DOUBLE = [
     bug("double_quantize", "standardised (divided by the std too)", upstream(
         centre="    mean = absmax.mean()\n    centred = (absmax - mean) / absmax.std()\n"
                "    n = centred.numel()\n"), expect=("std", "scale")),
-    bug("double_quantize", "int64 indices", D + CENTRE + PAD + CODE8 +
+    bug("double_quantize", "int64 indices", D + CENTRE + PAD +
         "    blocks = padded.view(-1, blocksize)\n"
         "    absmax2 = blocks.abs().amax(dim=1)\n"
         "    x = (blocks / absmax2.clamp(min=1e-38)[:, None]).reshape(-1, 1)\n"
         "    idx = (x - code).abs().argmin(dim=1)\n"
         "    return idx[:n], absmax2, mean\n", expect="dtype", kind="type"),
     bug("double_quantize", "absmax2 from the constants before centring", D + CENTRE + PAD +
-        CODE8 +
         "    absmax2 = F.pad(absmax, (0, (-n) % blocksize)).view(-1, blocksize).amax(dim=1)\n"
         "    x = (padded.view(-1, blocksize) / absmax2[:, None]).flatten()\n"
         "    idx = torch.bucketize(x, (code[:-1] + code[1:]) / 2)\n"
         "    return idx[:n].to(torch.uint8), absmax2, mean\n", expect="absmax₂ of the centred"),
+    bug("double_quantize", "the code's position read as a linear grid", D + CENTRE + PAD +
+        "    blocks = padded.view(-1, blocksize)\n"
+        "    absmax2 = blocks.abs().amax(dim=1)\n"
+        "    x = blocks / absmax2[:, None]\n"
+        "    idx = torch.round((x + 1) / 2 * (len(code) - 1)).flatten()[:n]\n"
+        "    return idx.to(torch.uint8), absmax2, mean\n", expect="`code`"),
     # --- correct alternatives
-    alt("double_quantize", "self-contained, argmin", D + CENTRE + PAD + CODE8 +
+    alt("double_quantize", "self-contained, argmin", D + CENTRE + PAD +
         "    blocks = padded.view(-1, blocksize)\n"
         "    absmax2 = blocks.abs().amax(dim=1)\n"
         "    x = blocks / absmax2.clamp(min=1e-38)[:, None]\n"
         "    idx = (x.reshape(-1, 1) - code).abs().argmin(dim=1)[:n]\n"
         "    return idx.to(torch.uint8), absmax2, mean\n"),
-    alt("double_quantize", "a loop over the blocks, the last one partial", D + CENTRE + CODE8 +
+    alt("double_quantize", "a loop over the blocks, the last one partial", D + CENTRE +
         "    mids = (code[:-1] + code[1:]) / 2\n"
         "    idx, scales = [], []\n"
         "    for start in range(0, n, blocksize):\n"
@@ -174,14 +180,12 @@ DOUBLE = [
         "        idx.append(torch.bucketize(block / s, mids))\n"
         "        scales.append(s)\n"
         "    return torch.cat(idx).to(torch.uint8), torch.stack(scales), mean\n"),
-    alt("double_quantize", "torch.round on the grid", D + CENTRE + PAD +
+    alt("double_quantize", "searchsorted on the midpoints", D + CENTRE + PAD +
         "    blocks = padded.view(-1, blocksize)\n"
         "    absmax2 = blocks.abs().amax(dim=1)\n"
-        "    x = blocks / absmax2[:, None]\n"
-        "    idx = torch.round((x + 1) * 127).flatten()[:n]\n"
+        "    x = (blocks / absmax2[:, None]).flatten()\n"
+        "    idx = torch.searchsorted((code[1:] + code[:-1]) / 2, x)[:n]\n"
         "    return idx.to(torch.uint8), absmax2, mean\n"),
-    alt("double_quantize", "the code as k / 127", upstream(
-        code="    code = torch.arange(-127, 128) / 127\n")),
 ]
 
 VARIANTS: list = [*QUANTIZE, *DOUBLE]

@@ -6,7 +6,9 @@ executed chapters come from jupyter-book's cache in ``_build/``), serves ``_buil
 any other host, math left as raw TeX, a MathJax error, an image that did not load, or an explorer
 whose slider does not change its frame; a chapter also fails without an explorer that responds.
 MathJax's menu is tried on a chapter (accessibility explorer, SVG renderer, another speech
-language): everything it loads must come from the site. A screenshot of every page lands in
+language): everything it loads must come from the site. axe-core (the engine of the browsers'
+accessibility tools, from ``axe-playwright-python``, which ships it: nothing is fetched) audits
+every page; a serious or critical violation fails it. A screenshot of every page lands in
 ``_build/screenshots``.
 
 Chromium comes from Debian (``apt-get install chromium``); Playwright drives it and downloads no
@@ -257,6 +259,50 @@ def _check_explorers(visit: Visit) -> tuple[int, list[str]]:
     return responding, problems
 
 
+def _concept_pages() -> set[str]:
+    """The pages (solutions/NN_x.html) whose notebook asks concept checks."""
+    import nbformat
+
+    from coursekit.concepts import CONCEPTS_TAG
+    return {f"solutions/{path.stem}.html" for path in (ROOT / "solutions").glob("*.ipynb")
+            if any(CONCEPTS_TAG in c.get("metadata", {}).get("tags", [])
+                   for c in nbformat.read(path, as_version=4).cells)}
+
+
+def _check_concepts(visit: Visit) -> tuple[int, list[str]]:
+    """Answer every concept check: a wrong answer first (it must say so), then the right one from
+    the page's own data (it must say so). Returns how many questions answered, and the problems."""
+    page, problems, answered = visit.page, [], 0
+    blocks = page.locator(".ck-concepts")
+    for b in range(blocks.count()):
+        block = blocks.nth(b)
+        block.scroll_into_view_if_needed()
+        data = json.loads(block.locator("script.ck-concepts-data").text_content())
+        boxes = block.locator(".ck-concept")
+        if boxes.count() != len(data):
+            problems.append(f"concept checks {b + 1}: {boxes.count()} boxes for {len(data)} questions")
+            continue
+        for n, q in enumerate(data):
+            box = boxes.nth(n)
+            for attempt, state in (("wrong", "wrong"), ("right", "right")):
+                if q["kind"] == "choice":
+                    options = [chr(97 + i) for i in range(len(q["options"]))]
+                    letter = q["answer"] if attempt == "right" else next(
+                        o for o in options if o != q["answer"])
+                    box.locator(f'input[value="{letter}"]').check()
+                else:
+                    value = q["answer"] if attempt == "right" else "-987654"
+                    box.locator("input[type=text]").fill(str(value))
+                box.locator("button").click()
+                if box.get_attribute("data-state") != state:
+                    problems.append(f"concept check {q['id']}: the {attempt} answer is not "
+                                    f"marked {state} "
+                                    f"({box.locator('.ck-concept-feedback').text_content()!r})")
+            answered += 1
+        block.screenshot(path=SCREENSHOTS / f"{_screenshot_name(visit.path)}--concepts-{b + 1}.png")
+    return answered, problems
+
+
 # ---------------------------------------------------------------------------------------------
 # The tests
 
@@ -297,12 +343,13 @@ def test_a_second_build_takes_every_chapter_from_the_cache(build_log: str):
 
 def test_every_page_renders_offline_and_its_explorers_respond(browser, base_url, pages):
     """Every page: no console error, no failed or external request, no raw math, no broken
-    image, and every explorer answers its sliders; every chapter has an explorer that does (an
-    explorer that became a bare ipywidget shows nothing in the static book). Screenshots go to
+    image, every explorer answers its sliders and every concept check its answers; every
+    chapter has an explorer that does (an explorer that became a bare ipywidget shows nothing in
+    the static book). Screenshots go to
     _build/screenshots/."""
     assert [p for p in pages if CHAPTER.fullmatch(p)], f"no chapter page among {pages}"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    failures = {}
+    failures, concept_pages = {}, _concept_pages()
     for path in pages:
         visit = Visit(browser, base_url, path)
         try:
@@ -315,6 +362,10 @@ def test_every_page_renders_offline_and_its_explorers_respond(browser, base_url,
             problems += explorer_problems
             if CHAPTER.fullmatch(path) and not responding:
                 problems.append("a chapter without an explorer that responds to its sliders")
+            answered, concept_problems = _check_concepts(visit)
+            problems += concept_problems
+            if path in concept_pages and not answered:
+                problems.append("its concept checks are missing from the page (no .ck-concepts)")
             if problems:
                 failures[path] = problems
         finally:
@@ -453,6 +504,103 @@ def test_launch_and_download_buttons_follow_the_repository_setting(browser, base
         visit.close()
 
 
+AXE_FAILS_ON = ("serious", "critical")
+
+
+def axe_violations(page) -> list[dict]:
+    """axe-core's violations on the page as it is now: [{"id", "impact", "help", "nodes"}]."""
+    try:
+        from axe_playwright_python.sync_playwright import Axe
+    except ImportError:
+        pytest.fail("the accessibility audit needs axe-playwright-python: "
+                    "`pip install -r requirements.txt`", pytrace=False)
+    return Axe().run(page).response["violations"]
+
+
+def axe_report(violations: list[dict]) -> list[str]:
+    """One line per rule and element: impact, rule, where (CSS selector) and axe's help."""
+    return [f"{v['impact']}: {v['id']} at {' '.join(map(str, node['target']))} ({v['help']})"
+            for v in violations for node in v["nodes"]]
+
+
+def test_every_page_passes_the_axe_accessibility_audit(browser, base_url, pages):
+    """axe-core on every page once its math is typeset: no serious or critical violation (a
+    toggle or control without a name, a broken ARIA structure, ...). Moderate and minor ones are
+    printed (`pytest -s`), with the rule, the impact and the element."""
+    failures, lesser = {}, {}
+    for path in pages:
+        visit = Visit(browser, base_url, path)
+        try:
+            violations = axe_violations(visit.page)
+        finally:
+            visit.close()
+        blocking = [v for v in violations if v["impact"] in AXE_FAILS_ON]
+        if blocking:
+            failures[path] = axe_report(blocking)
+        if len(blocking) < len(violations):
+            lesser[path] = axe_report([v for v in violations if v not in blocking])
+    for path, lines in lesser.items():
+        print(f"axe, {path}:\n  " + "\n  ".join(lines))
+    report = "\n".join(f"{path}:\n  " + "\n  ".join(lines) for path, lines in failures.items())
+    assert not failures, (f"{len(failures)} of {len(pages)} pages have serious or critical "
+                          f"accessibility violations:\n{report}")
+
+
+# The markup the theme, docutils and myst-nb write (as in the built pages), which the audit flagged
+THEIR_MARKUP = """<!DOCTYPE html><html lang="en"><head><title>t</title><style>
+div.cell details.hide[open]>summary>p.collapsed {display: none}
+div.cell details.hide:not([open])>summary>p.expanded {display: none}</style></head><body>
+<div id="pst-primary-sidebar" class="bd-sidebar-primary bd-sidebar">
+  <div class="sidebar-primary-items__start sidebar-primary__section">
+    <div class="sidebar-primary-item">
+<a class="navbar-brand logo" href="intro.html"><p class="title logo__title">A book</p></a></div>
+    <div class="sidebar-primary-item"><nav class="bd-links bd-docs-nav" aria-label="Main">
+<ul class="nav bd-sidenav"><li class="toctree-l1 current active has-children"><a class="current \
+reference internal" href="#">7. GPT &amp; friends</a><details open="open"><summary><span \
+class="toctree-toggle" role="presentation"><i class="fa-solid fa-chevron-down"></i></span>
+</summary><ul><li class="toctree-l2"><a class="reference internal" href="b.html">7b</a></li></ul>
+</details></li></ul></nav></div></div></div>
+<main id="main-content" class="bd-main" role="main"><article class="bd-article">
+<h1>Page</h1>
+<table class="table"><thead><tr class="row-odd"><th class="head"><p></p></th>
+<th class="head"><p>score</p></th></tr></thead>
+<tbody><tr class="row-even"><td><p>the</p></td><td><p>0</p></td></tr></tbody></table>
+<div class="cell"><details class="admonition hide below-input ck-solution">
+<summary aria-label="Toggle hidden content">
+<p class="collapsed admonition-title">Show solution</p>
+<p class="expanded admonition-title">Hide solution</p>
+</summary><pre>x = 1</pre></details></div>
+<div role="list" class="citation-list">
+<div class="citation" id="id29" role="doc-biblioentry">
+<span class="label"><span class="fn-bracket">[</span><a role="doc-backlink" href="#id7">Bahdanau \
+et al. 2015</a><span class="fn-bracket">]</span></span>
+<p>Dzmitry Bahdanau. Neural machine translation. 2015.</p>
+</div></div></article></main></body></html>"""
+
+
+def test_the_books_markup_fixes_clear_what_axe_found_in_the_theme(browser):
+    """coursekit.book.accessible_html on the theme's markup: axe's findings on it (an unnamed
+    sidebar toggle, content outside landmarks, a bibliography that is not a list of items, an
+    empty header cell) are gone, and the toggles are named after what they open."""
+    from coursekit.book import accessible_html
+
+    found = {}
+    for name, markup in (("theirs", THEIR_MARKUP), ("fixed", accessible_html(THEIR_MARKUP))):
+        page = browser.new_page()
+        try:
+            page.set_content(markup)
+            found[name] = {v["id"] for v in axe_violations(page)}
+            if name == "fixed":
+                names = page.eval_on_selector_all(
+                    "summary", "els => els.map(e => e.getAttribute('aria-label') || e.innerText)")
+        finally:
+            page.close()
+    assert {"summary-name", "region", "aria-required-children",
+            "empty-table-header"} <= found["theirs"], found
+    assert not found["fixed"], found
+    assert [n.strip() for n in names] == ["Sections of 7. GPT & friends", "Show solution"], names
+
+
 def test_search_works_offline(browser, base_url):
     visit = Visit(browser, base_url, "search.html?q=LSTM")
     try:
@@ -462,3 +610,23 @@ def test_search_works_offline(browser, base_url):
         assert not visit.problems, visit.problems
     finally:
         visit.close()
+
+
+def test_a_chapter_of_the_built_book_prints_to_pdf_with_its_title_and_figures(build_log, tmp_path):
+    """`coursekit book --pdf` on one chapter of the book just built (the whole book is the same
+    loop over every page; tests/test_pdf.py checks the order and bookmarks on a small site)."""
+    import pypdf
+
+    from coursekit import pdf
+
+    chapter = sorted((SITE / "solutions").glob("0*.html"))[0]
+    source = chapter.read_text(encoding="utf-8")
+    article = source[source.index("<article"):source.index("</article>")]
+    figures = set(re.findall(r'<img[^>]*\bsrc="([^"]+)"', article))
+    out = tmp_path / "chapter.pdf"
+    [(_, title, _)] = pdf.build_pdf(SITE, out, pages=[f"solutions/{chapter.name}"])
+    reader = pypdf.PdfReader(out)
+    text = re.sub(r"\s+", " ", " ".join(page.extract_text() for page in reader.pages))
+    assert title and re.sub(r"\s+", " ", title) in text
+    images = sum(len(page.images) for page in reader.pages)
+    assert images >= len(figures) > 0, (images, len(figures))

@@ -21,7 +21,7 @@ from coursekit.attention import (
 from coursekit.data.dates import Dates
 from coursekit.data.scenes import DigitScenes
 from coursekit.models.captioner import AttentionCaptioner
-from coursekit.rnn import AttentionSeq2Seq
+from coursekit.rnn import AttentionSeq2Seq, ContextSeq2Seq
 
 TOL = dict(atol=1e-6, rtol=1e-5)
 
@@ -248,6 +248,44 @@ def test_attention_seq2seq_unidirectional_and_gradients_reach_the_attention():
     for name, p in model.named_parameters():
         if name != "tgt_emb.weight":
             assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+
+class _LastState(nn.Module):
+    """An 'attention' that always reads the last real encoder state h_N (no search)."""
+
+    def forward(self, s, h, mask):
+        last = mask.sum(-1) - 1                                       # (B,) index of h_N
+        weights = F.one_hot(last, h.shape[1]).to(h.dtype)
+        return h[torch.arange(h.shape[0]), last], weights
+
+
+def test_context_seq2seq_is_the_attention_model_with_a_fixed_context():
+    """ContextSeq2Seq (fused nn.LSTM decoder) == AttentionSeq2Seq(bidirectional=False) whose
+    attention is replaced by c_i = h_N, with the same weights: the two differ only in the search."""
+    data = Dates()
+    V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
+    ctx = ContextSeq2Seq(V_src, V_tgt, d_emb=8, d_hidden=12).eval()
+    att = AttentionSeq2Seq(V_src, V_tgt, d_emb=8, d_hidden=12, d_attn=10, bidirectional=False).eval()
+    shared = {k: v for k, v in ctx.state_dict().items() if not k.startswith("decoder.")}
+    att.load_state_dict({**att.state_dict(), **shared})
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(att.decoder, name).copy_(getattr(ctx.decoder, name + "_l0"))
+    att.attention = _LastState()
+    n_alignment = sum(p.numel() for p in AdditiveAttention(12, 12, 10).parameters())
+    assert sum(p.numel() for p in ctx.parameters()) == sum(
+        p.numel() for p in AttentionSeq2Seq(V_src, V_tgt, d_emb=8, d_hidden=12, d_attn=10,
+                                            bidirectional=False).parameters()) - n_alignment
+
+    batch = data.sample(6, random.Random(0))
+    padded = torch.cat([batch.src, torch.zeros(6, 3, dtype=torch.long)], dim=1)
+    logits = ctx(batch.src, batch.src_len, batch.tgt_in)
+    torch.testing.assert_close(logits, att(batch.src, batch.src_len, batch.tgt_in), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ctx(padded, batch.src_len, batch.tgt_in), logits, atol=1e-5, rtol=1e-4)
+    tokens = ctx.generate(batch.src, batch.src_len, max_len=11, bos_id=data.tgt_vocab.bos_id)
+    ref_tokens, _ = att.generate(batch.src, batch.src_len, max_len=11, bos_id=data.tgt_vocab.bos_id)
+    assert tokens.shape == (6, 11) and tokens.equal(ref_tokens)
 
 
 def test_captioner_shapes_weights_and_teacher_forcing():

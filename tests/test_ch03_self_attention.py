@@ -239,7 +239,7 @@ def test_chunked_attention_rejects_bad_chunk_size():
 
 
 def test_chunked_attention_memory_is_linear_in_the_block():
-    """The largest score tensor it builds is (N_q, C), never (N_q, N_k): count with a hook."""
+    """Forward pass, no gradients: the largest tensor it builds is (N_q, C), never (N_q, N_k)."""
     q, k, v = qkv(n_q=64, n_k=64, d_k=8, d_v=8)
     largest = 0
 
@@ -288,3 +288,58 @@ def test_key_value_recall_rejects_bad_sizes():
     with pytest.raises(ValueError):
         KeyValueRecall(n_values=0)
 
+
+
+def saved_for_backward(fn, *inputs) -> int:
+    """Bytes of the storages autograd saves for fn(*inputs)'s backward pass, the inputs excluded."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    own = {x.untyped_storage().data_ptr() for x in inputs}
+    return sum(n for ptr, n in storages.items() if ptr not in own)
+
+
+def test_chunked_attention_saves_every_block_for_backward():
+    """Linear memory is the forward pass's only: with gradients, every (N_q, C) block is kept."""
+    saved = {}
+    for n in (256, 1024):
+        q, k, v = qkv(1, 1, n_q=n, n_k=n, d_k=32, d_v=32)  # 4-D: (B, H, N, d) takes the fused kernel
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        saved[n] = {"chunked": saved_for_backward(lambda q, k, v: chunked_attention(q, k, v, 64), q, k, v),
+                    "explicit": saved_for_backward(lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
+                                                   q, k, v),
+                    "fused": saved_for_backward(F.scaled_dot_product_attention, q, k, v)}
+    assert saved[1024]["chunked"] > 12 * saved[256]["chunked"]       # O(N²) kept, like ...
+    assert saved[1024]["explicit"] > 12 * saved[256]["explicit"]     # ... the explicit path
+    assert saved[1024]["chunked"] >= 4 * 1024 * 1024                 # at least N² floats in all
+    assert saved[1024]["fused"] < 6 * saved[256]["fused"]            # output + log-sum-exp: O(N)
+    assert saved[1024]["fused"] < saved[1024]["chunked"] / 50
+
+
+# ----------------------------------------------------------------------------- notation
+
+
+def test_chapter_math_follows_the_notation_page():
+    """book/notation.md: W^Q (not W_Q), and bold matrices Q, K, V, X, A in the chapter's math."""
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "solutions/03_self_attention.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    prose = re.sub(r"`[^`]*`", "", prose)                              # code spans name code
+    math = re.findall(r"\$\$.*?\$\$|\$[^$\n]*?\$", prose, re.S)
+    assert len(math) > 50
+    bad = []
+    for m in math:
+        plain = re.sub(r"\\(boldsymbol|mathbb|mathrm|operatorname|text)\{[^{}]*\}", "", m)
+        if re.search(r"W_[QKVO]\b", m) or re.search(r"(?<![\\A-Za-z_^])[QKVXA](?![a-z])", plain):
+            bad.append(m)
+    assert not bad, f"not in the book's notation: {bad[:5]}"

@@ -359,3 +359,59 @@ def test_suite_references_equal_hugging_face_on_every_case():
             expected = authority(*args)
             torch.testing.assert_close(suite.reference(*args), expected, rtol=0, atol=1e-6)
             torch.testing.assert_close(suite.solution(*args), expected, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the chapter's symbols
+
+_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+_MATH = __import__("re").compile(r"\$\$(.+?)\$\$|\$(.+?)\$", __import__("re").S)
+
+
+def chapter_formulas(stem):
+    """Every formula in the markdown of solutions/<stem>.ipynb (inline code left out)."""
+    import re
+
+    import nbformat
+
+    nb = nbformat.read(_ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            text = re.sub(r"```.*?```|`[^`\n]*`", "", cell.source, flags=re.S)
+            for match in _MATH.finditer(text):
+                yield index, match.group(1) or match.group(2)
+
+
+# Chapter 5's own symbols, beyond book/notation.md's table (tests/test_notation.py): i and j are
+# query and key positions, m and n positions whose offset matters, so the sinusoid/rotation pair
+# index is f, a shift is Δ, ALiBi's slope s_h, T5's bucket count n_b, the copy length N_copy.
+CHAPTER_5_SPELLINGS = [
+    (r"\\(?:theta|omega)_i\b|\b2i\b|x_\{i ?\+ ?d/2\}", "the feature-pair index is f, not i"),
+    (r"\bm_[h1]\b", "ALiBi's slope is s_h (m is a position)"),
+    (r"M_k\b|pos ?\+ ?k\b|\bk ?\\omega", "a shift by some positions is Δ (k is a key)"),
+    (r"\\frac\{n\}\{2\}|\bn/2\b", "T5's buckets per direction are n_b"),
+    (r"(?<![A-Za-z\\])n_\\text\{train\}", "the copy lengths are N_copy, N_train"),
+    (r"(?<![\\\w{])[qkxp]_(?:[ijmn]|\{pos\})(?![\w}])", "vectors are bold"),
+]
+
+
+@pytest.mark.parametrize("pattern, why", CHAPTER_5_SPELLINGS, ids=lambda v: str(v)[:20])
+def test_chapter_5_keeps_its_symbols(pattern, why):
+    import re
+
+    found = [f"cell {i}: ${f.strip()[:60]}$" for i, f in chapter_formulas("05_positional_encoding")
+             if re.search(pattern, f)]
+    assert not found, f"{why}:\n" + "\n".join(found)
+
+
+def test_chapter_5_spelling_rules_catch_what_they_name():
+    import re
+
+    caught = [r"\theta_i", r"PE(pos, 2i)", r"m_h", r"M_k", r"\frac{n}{2}", r"2n_\text{train}",
+              r"q_i^\top k_j", r"x_{pos} + p_{pos}"]
+    fine = [r"\theta_f", r"PE(pos, 2f)", r"s_h", r"\boldsymbol{M}_\Delta", r"\frac{n_\text{b}}{2}",
+            r"2N_\text{train}", r"\boldsymbol{q}_i \cdot \boldsymbol{k}_j", r"a_{ij}", r"x_{2f}", r"e_{ij}",
+            r"\boldsymbol{x}_{pos} + \boldsymbol{p}_{pos}"]
+    for formula in caught:
+        assert any(re.search(p, formula) for p, _ in CHAPTER_5_SPELLINGS), formula
+    for formula in fine:
+        assert not any(re.search(p, formula) for p, _ in CHAPTER_5_SPELLINGS), formula

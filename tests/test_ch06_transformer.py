@@ -291,3 +291,51 @@ def test_seq2seq_padding_does_not_change_the_output():
     short = model(torch.tensor([[4, 5, 6]]), tgt)
     padded = model(torch.tensor([[4, 5, 6, 0, 0]]), tgt)
     close(short, padded, "padding in the source must be invisible")
+
+
+# ----------------------------------------------------------------------------- the chapter's symbols
+
+def _chapter_formulas(stem):
+    """Every formula in the markdown of solutions/<stem>.ipynb (inline code left out)."""
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "solutions" / f"{stem}.ipynb", as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            text = re.sub(r"```.*?```|`[^`\n]*`", "", cell.source, flags=re.S)
+            for match in re.finditer(r"\$\$(.+?)\$\$|\$(.+?)\$", text, re.S):
+                yield index, match.group(1) or match.group(2)
+
+
+# Chapter 6's own symbols, beyond book/notation.md's table (tests/test_notation.py): a projection's
+# bias is β (so the FFN's are β₁, β₂ and LayerNorm's shift is δ), the FFN is written for row
+# vectors (x W₁), a layer is ℓ, the vocabulary |𝒱|, word subscripts upright.
+CHAPTER_6_SPELLINGS = [
+    (r"(?<![\\\w])b_\{?[12]\}?", "the FFN's biases are β₁, β₂ (book/notation.md's β)"),
+    (r"\\beta_[ic]\b|\+ ?\\beta\s*\$?$", "LayerNorm's shift is δ; β is a projection's bias"),
+    (r"W_\{?[12]\}? ?\\?\w*\(?\s*[xX]\b|W_2\\,\\varphi", "row vectors: φ(x W₁ + β₁) W₂ + β₂"),
+    (r"d_\{ff\}", "d_\\text{ff}"),
+    (r"2\(L ?- ?l\)|\\sum_l\b|layer \$l\$", "a layer is ℓ"),
+]
+
+
+@pytest.mark.parametrize("stem", ["06a_transformer_blocks", "06b_encoder_decoder"])
+@pytest.mark.parametrize("pattern, why", CHAPTER_6_SPELLINGS, ids=lambda v: str(v)[:20])
+def test_chapter_6_keeps_its_symbols(stem, pattern, why):
+    found = [f"cell {i}: ${f.strip()[:60]}$" for i, f in _chapter_formulas(stem) if re.search(pattern, f)]
+    assert not found, f"{why}:\n" + "\n".join(found)
+
+
+def test_chapter_6_spelling_rules_catch_what_they_name():
+    caught = [r"W_2\,\varphi(W_1 x + b_1) + b_2", r"\gamma_i\,\frac{x_i - \mu}{s} + \beta_i", r"d_{ff}",
+              r"2(L - l)", r"\sum_l S_l"]
+    fine = [r"\varphi(\boldsymbol{x}\boldsymbol{W}_1 + \boldsymbol{\beta}_1)\,"
+            r"\boldsymbol{W}_2 + \boldsymbol{\beta}_2",
+            r"\gamma_c\,\frac{x_c - \mu}{s} + \delta_c", r"d_\text{ff}", r"2(L - \ell)",
+            r"\sum_{\ell=1}^{L}", r"\boldsymbol{\beta}", r"12d^2 + 13d"]
+    for formula in caught:
+        assert any(re.search(p, formula) for p, _ in CHAPTER_6_SPELLINGS), formula
+    for formula in fine:
+        assert not any(re.search(p, formula) for p, _ in CHAPTER_6_SPELLINGS), formula

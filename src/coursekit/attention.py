@@ -59,24 +59,24 @@ def causal_mask(n_q: int, n_k: int | None = None, device: torch.device | None = 
 def additive_score(s: Tensor, h: Tensor, W: Tensor, U: Tensor, v: Tensor) -> Tensor:
     """Bahdanau's score e_j = vᵀ tanh(W s + U h_j).
 
-    s: (B, d_s) decoder state, h: (B, T, d_h) encoder states, W: (d_a, d_s), U: (d_a, d_h),
-    v: (d_a,) -> e: (B, T).
+    s: (B, d_s) decoder state, h: (B, N, d_enc) encoder annotations, W: (d_a, d_s),
+    U: (d_a, d_enc), v: (d_a,) -> e: (B, N).
     """
     return torch.tanh((s @ W.T)[:, None, :] + h @ U.T) @ v
 
 
 def dot_score(s: Tensor, h: Tensor) -> Tensor:
-    """Luong's dot score e_j = h_jᵀ s. s: (B, d), h: (B, T, d) -> (B, T)."""
+    """Luong's dot score e_j = h_jᵀ s. s: (B, d), h: (B, N, d) -> (B, N)."""
     return (h @ s[:, :, None]).squeeze(-1)
 
 
 def general_score(s: Tensor, h: Tensor, W: Tensor) -> Tensor:
-    """Luong's general score e_j = h_jᵀ W s. s: (B, d_s), h: (B, T, d_h), W: (d_h, d_s) -> (B, T)."""
+    """Luong's general score e_j = h_jᵀ W s. s: (B, d_s), h: (B, N, d_enc), W: (d_enc, d_s) -> (B, N)."""
     return dot_score(s @ W.T, h)
 
 
 def context_vector(weights: Tensor, h: Tensor) -> Tensor:
-    """c = Σ_j α_j h_j. weights: (B, T), h: (B, T, d) -> (B, d)."""
+    """c = Σ_j α_j h_j. weights: (B, N), h: (B, N, d) -> (B, d)."""
     return (weights[:, None, :] @ h).squeeze(1)
 
 
@@ -90,7 +90,7 @@ class AdditiveAttention(nn.Module):
         self.v = nn.Linear(d_attn, 1, bias=False)
 
     def forward(self, s: Tensor, h: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """s: (B, d_q), h: (B, T, d_k), mask: (B, T) -> context (B, d_k), weights (B, T)."""
+        """s: (B, d_q), h: (B, N, d_k), mask: (B, N) -> context (B, d_k), weights (B, N)."""
         scores = additive_score(s, h, self.W.weight, self.U.weight, self.v.weight[0])
         weights = masked_softmax(scores, mask)
         return context_vector(weights, h), weights
@@ -273,11 +273,17 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, chunk_size: int,
                       causal: bool = False) -> Tensor:
     """softmax(QKᵀ/√d_k) V, computed over blocks of ``chunk_size`` keys with an online softmax.
 
-    The (N_q, N_k) weight matrix is never built: each block's scores are (N_q, C), so the working
-    memory grows like N_q·C instead of N_q·N_k (the idea behind FlashAttention). Per query row
-    it keeps a running max m, a running denominator ℓ = Σ_j exp(s_j − m) and a running numerator
-    acc = Σ_j exp(s_j − m) v_j; when a block raises the max to m', both sums are rescaled by
-    exp(m − m'). The answer is acc / ℓ, the same as the two-pass softmax.
+    The (N_q, N_k) weight matrix is never built: each block's scores are (N_q, C), so in the
+    forward pass without gradients (inference) the working memory grows like N_q·C instead of
+    N_q·N_k. Per query row it keeps a running max m, a running denominator ℓ = Σ_j exp(s_j − m)
+    (Milakov & Gimelshein's online softmax) and a running numerator acc = Σ_j exp(s_j − m) v_j
+    (Rabe & Staats; Dao et al.'s FlashAttention); when a block raises the max to m', both sums are
+    rescaled by exp(m − m'). The answer is acc / ℓ, the same as the two-pass softmax.
+
+    With gradients, autograd saves every block's tensors for the backward pass: N_q·N_k numbers
+    again, spread over N_k / C blocks (more than the explicit path keeps). A memory-efficient
+    training kernel (FlashAttention, ``F.scaled_dot_product_attention``) saves only the output
+    and one log-sum-exp per query row, and its backward recomputes each block from them.
 
     ``causal`` uses :func:`causal_mask`'s alignment (query i sits at position i + N_k − N_q); a
     row with no allowed key gets zeros. q: (..., N_q, d_k), k: (..., N_k, d_k),

@@ -21,15 +21,25 @@ This module is also the Sphinx extension that ``_config.yml`` loads (``sphinx.ex
   file a page or MathJax's menu can ask for: :data:`MATHJAX_FILES`) and loaded from there, with the
   speech rule engine pointed at the site's copy of its rules; the ipywidgets state and widget
   manager are not shipped, because the explorers' static HTML/JavaScript version needs no kernel
-  and no manager.
+  and no manager;
+- figures: every figure an output shows has a text alternative, the author's (cell metadata
+  ``mystnb: {image: {alt: "..."}}``) or one made from the titles and labels its code writes
+  (:func:`figure_text`);
+- accessibility: every written page goes through :func:`accessible_html`, which names what the
+  theme and docutils leave unnamed (the sidebar's section toggles, the solution toggles), puts the
+  sidebar's title link in a landmark, gives the bibliography ARIA roles that are current, and
+  turns empty table header cells into data cells (the axe-core audit in
+  ``tests/test_book_browser.py`` checks every page).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import html
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -171,7 +181,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="fail on any Sphinx warning")
     parser.add_argument("--no-execute", action="store_false", dest="execute",
                         help="do not execute chapters: a quick draft with stored outputs only")
+    parser.add_argument("--pdf", action="store_true",
+                        help="then print the edition into one PDF, solutions open "
+                             "(_build/pdf/book-instructor.pdf; needs Chromium: see coursekit.pdf)")
     parser.set_defaults(run=run)
+
+
+def pdf_path(edition: str, source: Path = ROOT) -> Path:
+    """Where ``coursekit book --pdf`` writes an edition's PDF: ``_build/pdf/book-instructor.pdf``
+    or ``_build/student/pdf/book-student.pdf``."""
+    return output_dir(edition, source).parent / "pdf" / f"book-{edition}.pdf"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,6 +200,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"coursekit book: {err}", file=sys.stderr)
         return 1
     print(f"the {args.edition} edition is in {out}/ (open index.html)")
+    if getattr(args, "pdf", False):
+        from coursekit.pdf import build_pdf
+
+        target = pdf_path(args.edition)
+        try:
+            printed = build_pdf(out, target)
+        except RuntimeError as err:
+            print(f"coursekit book --pdf: {err}", file=sys.stderr)
+            return 1
+        print(f"printed {len(printed)} pages of the book into {target} "
+              f"({sum(n for *_, n in printed)} PDF pages)")
     return 0
 
 
@@ -216,15 +246,35 @@ def setup(app) -> dict[str, Any]:
                 if output.get("nb_element") == "cell_code_output" and not output.children:
                     output.parent.remove(output)
 
+    class FigureText(SphinxPostTransform):
+        """Every figure a code cell draws gets a text alternative: the author's (the cell's
+        metadata ``mystnb: {image: {alt: "..."}}``, which myst-nb applies) or else one made from
+        the titles and axis labels the cell's code writes, never the file's name (docutils'
+        default, which a screen reader would spell out)."""
+
+        default_priority = 200  # after myst-nb has chosen each output's mime type (4)
+        formats = ("html",)
+
+        def run(self, **kwargs: Any) -> None:
+            from docutils import nodes
+
+            for cell in self.document.findall(_is_code_cell):
+                images = [i for i in cell.findall(nodes.image) if not i.get("alt")]
+                source = next((c.astext() for c in cell.findall(nodes.literal_block)), "")
+                for n, image in enumerate(images, 1):
+                    image["alt"] = figure_text(source, n, len(images))
+
     _register_author_year_style()
     app.add_config_value("coursekit_edition", "instructor", "env", [str])
     app.add_post_transform(ExerciseCells)
     app.add_post_transform(WidgetOnlyOutputs)
+    app.add_post_transform(FigureText)
     app.connect("config-inited", _configure)
     app.connect("doctree-read", _drop_widget_scripts)
     app.connect("html-page-context", _drop_thebe)
     app.connect("html-page-context", _configure_mathjax_menu, priority=600)  # after MathJax (500)
     app.connect("build-finished", _copy_mathjax)
+    app.connect("builder-inited", _write_accessible_pages)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
 
 
@@ -243,6 +293,24 @@ def _is_exercise_cell(node) -> bool:
 
     return (isinstance(node, nodes.container) and node.get("nb_element") == "cell_code"
             and "exercise" in (node.get("cell_metadata") or {}).get("tags", []))
+
+
+def _is_code_cell(node) -> bool:
+    from docutils import nodes
+
+    return isinstance(node, nodes.container) and node.get("nb_element") == "cell_code"
+
+
+_FIGURE_WORDS = re.compile(
+    r"""\b(?:set_title|suptitle|title|set_xlabel|xlabel|set_ylabel|ylabel)\(\s*[rf]?(["'])(.+?)\1""")
+
+
+def figure_text(source: str, n: int = 1, count: int = 1) -> str:
+    """A figure's fallback text alternative, from the titles and axis labels its cell's code
+    writes as plain strings: "Figure from the code cell: Attention weights; key; query"."""
+    words = list(dict.fromkeys(w for _, w in _FIGURE_WORDS.findall(source) if "{" not in w))
+    which = f"Figure {n} of {count}" if count > 1 else "Figure"
+    return f"{which} from the code cell" + (f": {'; '.join(words)}" if words else "")
 
 
 def _register_author_year_style() -> None:
@@ -387,3 +455,60 @@ def _copy_mathjax(app, exception) -> None:
         else:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# Accessibility of the written pages
+#
+# An axe-core audit of the built book (tests/test_book_browser.py) found markup that the book's
+# sources cannot change: pydata-sphinx-theme's sidebar toggles (<summary> holding only a chevron
+# icon: no accessible name), sphinx-book-theme's title link in the primary sidebar (outside every
+# landmark), docutils' bibliography (role "doc-biblioentry", deprecated in ARIA 1.2, under a
+# role="list" whose items then are not list items) and Markdown tables with an empty corner
+# header cell; and myst-nb names every toggle "Toggle hidden content", whatever it hides. The
+# patterns below are the markup these packages write (pinned in requirements.txt); a pattern
+# that stops matching after an upgrade leaves the page as it was, and the audit fails again.
+
+_TOC_TOGGLE = re.compile(
+    r'(<li class="toctree-l\d[^"]*has-children[^"]*">\s*<a [^>]*>(?P<title>.*?)</a>\s*'
+    r'<details(?: open="open")?>\s*)<summary>', re.S)
+_SIDEBAR_TITLE = re.compile(r'<div class="sidebar-primary-item">(\s*<a class="navbar-brand)')
+_BIBLIOENTRY = re.compile(r'(<div class="citation" id="[^"]*") role="doc-biblioentry"')
+_EMPTY_HEADER = re.compile(r'<th class="head">\s*(?:<p>\s*</p>\s*)?</th>')
+_SOLUTION_TOGGLE = re.compile(
+    r'(<details class="[^"]*\bck-solution\b[^"]*">\s*<summary) aria-label="Toggle hidden content"')
+
+
+def accessible_html(page: str) -> str:
+    """A written page with the fixes above: each sidebar toggle is named after its chapter
+    ("Sections of 7. GPT: ..."), the solution toggles take their name from their visible text
+    ("Show solution" / "Hide solution"), the sidebar's title link is a navigation landmark,
+    bibliography entries are list items, and an empty header cell is a data cell."""
+
+    def name_toggle(match: re.Match) -> str:
+        title = html.unescape(re.sub(r"<[^>]+>", "", match["title"])).strip()
+        return f'{match[1]}<summary aria-label="{html.escape(f"Sections of {title}")}">'
+
+    page = _TOC_TOGGLE.sub(name_toggle, page)
+    page = _SOLUTION_TOGGLE.sub(r"\1", page)
+    page = _SIDEBAR_TITLE.sub(
+        r'<div class="sidebar-primary-item" role="navigation" aria-label="Book title">\1', page)
+    page = _BIBLIOENTRY.sub(r'\1 role="listitem"', page)
+    return _EMPTY_HEADER.sub('<td class="head"></td>', page)
+
+
+def _write_accessible_pages(app) -> None:
+    """Every page the HTML builder renders from its templates passes through
+    :func:`accessible_html` (the search page and the index included)."""
+    templates = getattr(app.builder, "templates", None)
+    if app.builder.format != "html" or templates is None \
+            or getattr(templates, "_coursekit_accessible", False):
+        return
+    render = templates.render
+
+    def render_accessible(template: str, context: dict[str, Any]) -> str:
+        out = render(template, context)
+        return accessible_html(out) if template.endswith(".html") else out
+
+    templates.render = render_accessible
+    templates._coursekit_accessible = True

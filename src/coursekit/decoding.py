@@ -17,6 +17,12 @@ Face's ``generate`` applies them):
 - top-k: keep the k most probable tokens;
 - top-p (nucleus, Holtzman et al. 2020): keep the smallest set of most probable tokens whose
   probabilities sum to at least p.
+
+Beam search ranks whole sequences by their log-probability, a sum of negative terms: every
+token a beam still has to write lowers its score, so a beam that ends early (``<eos>``) beats a
+longer one that is better token by token. Length normalisation (Wu et al. 2016, GNMT) divides
+the score by lp(n) = ((5 + n) / 6)^α for a sequence of n generated tokens; α = 0 is plain beam
+search, larger α favours longer sequences.
 """
 
 from __future__ import annotations
@@ -128,32 +134,46 @@ def sequence_log_prob(model: nn.Module, ids: Tensor, prompt_len: int) -> Tensor:
     return token[:, prompt_len - 1:].sum(dim=-1)
 
 
+def length_penalty(n: Tensor, alpha: float) -> Tensor:
+    """GNMT's length normalisation lp(n) = ((5 + n) / 6)^α (Wu et al. 2016, section 7), for n
+    generated tokens; α = 0 gives 1 (plain log-probabilities)."""
+    return ((5.0 + n) / 6.0) ** alpha
+
+
 @torch.no_grad()
 def beam_search(model: nn.Module, ids: Tensor, max_new_tokens: int, beam_width: int = 4,
-                eos_id: int | None = None, use_cache: bool = True) -> tuple[Tensor, Tensor]:
-    """Keep the ``beam_width`` most probable continuations at every step; return the best.
+                eos_id: int | None = None, use_cache: bool = True,
+                length_norm: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Keep the ``beam_width`` best continuations at every step; return the best.
 
     ids: (1, N) one prompt -> (the best sequence (1, N + new), its log-probability ()).
     Beams are a batch of B = beam_width rows; after each step the caches are re-ordered with the
-    rows that survive. A beam that emits ``eos_id`` is finished: it keeps its score and is
-    extended by ``<eos>`` at no cost, so finished and unfinished beams compete on equal terms.
+    rows that survive. A beam that emits ``eos_id`` is finished: it keeps its log-probability and
+    its length, and is extended by ``<eos>`` at no cost. Beams are ranked by log P / lp(n), with
+    n the tokens generated up to and including ``<eos>`` and lp of :func:`length_penalty`:
+    ``length_norm`` = α = 0 ranks by log P alone, which favours finished beams, since an
+    unfinished one keeps paying a log-probability for every further token.
     """
     if ids.shape[0] != 1:
         raise ValueError("beam_search takes one prompt: ids of shape (1, N)")
     model.eval()
     caches = _new_caches(model) if use_cache else None
-    beams, scores = ids, ids.new_zeros(1, dtype=torch.float)  # (b, N), (b,)
+    beams, scores = ids, ids.new_zeros(1, dtype=torch.float)  # (b, N), (b,) log-probabilities
+    lengths = ids.new_zeros(1)  # (b,) tokens generated, <eos> included
     new = ids
     for _ in range(max_new_tokens):
         logits, *_ = model(new, caches=caches) if use_cache else model(beams)
         log_probs = logits[:, -1].float().log_softmax(dim=-1)  # (b, V)
+        finished = beams[:, -1] == eos_id if eos_id is not None else torch.zeros_like(lengths).bool()
         if eos_id is not None:
-            finished = beams[:, -1] == eos_id
             log_probs[finished] = float("-inf")
             log_probs[finished, eos_id] = 0.0
         V = log_probs.shape[-1]
         total = (scores[:, None] + log_probs).flatten()  # (b·V,)
-        scores, flat = total.topk(min(beam_width, total.numel()))
+        grown = (lengths + (~finished).long())[:, None].expand(-1, V).flatten()  # (b·V,)
+        ranked = total / length_penalty(grown.float(), length_norm) if length_norm else total
+        flat = ranked.topk(min(beam_width, total.numel())).indices
+        scores, lengths = total[flat], grown[flat]
         row, token = flat // V, flat % V
         beams = torch.cat([beams[row], token[:, None]], dim=1)
         if use_cache:

@@ -35,9 +35,9 @@ KINDS = ("none", "sinusoidal", "learned", "t5", "rope", "alibi")
 def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0) -> Tensor:
     """The fixed encoding of Vaswani et al. (2017), one row per position.
 
-    PE(pos, 2i) = sin(pos / base^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / base^(2i/d_model)):
-    feature pair i is a point on a circle turning at angular frequency ω_i = base^(−2i/d_model),
-    from one radian per position (i = 0) down to about 1/base. -> (n_positions, d_model).
+    PE(pos, 2f) = sin(pos / base^(2f/d_model)),  PE(pos, 2f+1) = cos(pos / base^(2f/d_model)):
+    feature pair f is a point on a circle turning at angular frequency ω_f = base^(−2f/d_model),
+    from one radian per position (f = 0) down to about 1/base. -> (n_positions, d_model).
     """
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
@@ -78,11 +78,26 @@ def relative_position_bucket(relative_position: Tensor, bidirectional: bool = Tr
     return bucket + torch.where(distance < max_exact, distance, large)
 
 
+def position_bias(table: Tensor, n_q: int, n_k: int, bidirectional: bool = True,
+                  max_distance: int = 128) -> Tensor:
+    """T5's relative bias b_h(bucket(j − i)) for every query i and key j, from one table.
+
+    table: (num_buckets, H), one learned scalar per bucket and head -> (H, N_q, N_k). The queries
+    are the last N_q of the N_k positions (i = N_k − N_q, ..., N_k − 1), as when a decoder with a
+    KV cache adds N_q new tokens; with N_q = N_k they are all of them.
+    """
+    query = torch.arange(n_k - n_q, n_k, device=table.device)[:, None]  # (N_q, 1)
+    key = torch.arange(n_k, device=table.device)[None, :]                # (1, N_k)
+    buckets = relative_position_bucket(key - query, bidirectional, table.shape[0],
+                                       max_distance)                     # (N_q, N_k)
+    return table[buckets].permute(2, 0, 1)                               # (H, N_q, N_k)
+
+
 # ----------------------------------------------------------------------------- RoPE
 
 
 def rope_frequencies(d: int, base: float = 10000.0) -> Tensor:
-    """θ_i = base^(−2i/d), i = 0 .. d/2 − 1: the rotation per position of feature pair i. -> (d/2,)."""
+    """θ_f = base^(−2f/d), f = 0 .. d/2 − 1: the rotation per position of feature pair f. -> (d/2,)."""
     if d % 2:
         raise ValueError(f"RoPE rotates pairs of features: d must be even, got {d}")
     return 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
@@ -96,18 +111,18 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def rotate_every_two(x: Tensor) -> Tensor:
-    """The same 90° turn for adjacent pairs (x[2i], x[2i+1]): the interleaved convention of the
+    """The same 90° turn for adjacent pairs (x[2f], x[2f+1]): the interleaved convention of the
     RoPE paper (RoFormer, GPT-J)."""
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, interleaved: bool = False) -> Tensor:
-    """Rotate each feature pair of the token at position m by the angle m·θ_i.
+    """Rotate each feature pair of the token at position m by the angle m·θ_f.
 
     R_m x = x ⊙ cos(mθ) + rotate(x) ⊙ sin(mθ), so that ⟨R_m q, R_n k⟩ = ⟨q, R_{n−m} k⟩ depends on
-    the offset only. Pair i is (x[i], x[i + d/2]) by default (half-split, Hugging Face Llama) and
-    (x[2i], x[2i+1]) with ``interleaved=True`` (the RoPE paper). The two are the same rotation
+    the offset only. Pair f is (x[f], x[f + d/2]) by default (half-split, Hugging Face Llama) and
+    (x[2f], x[2f+1]) with ``interleaved=True`` (the RoPE paper). The two are the same rotation
     up to a fixed permutation of the features.
 
     x: (..., N, d), positions: (N,) integer positions -> (..., N, d).
@@ -124,7 +139,7 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, interleaved:
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
-    """The head slopes m_h of ALiBi (Press et al., 2022). -> (H,).
+    """The head slopes s_h of ALiBi (Press et al., 2022, who write m). -> (H,).
 
     For H a power of two, the geometric sequence 2^(−8/H), 2^(−16/H), ..., 2^(−8); otherwise the
     slopes of the nearest lower power of two, then every other slope of the next power of two.
@@ -143,10 +158,10 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 
 def alibi_bias(slopes: Tensor, n_q: int, n_k: int) -> Tensor:
-    """−m_h · |i − j|, a penalty growing linearly with the distance from query i to key j.
+    """−s_h · |i − j|, a penalty growing linearly with the distance from query i to key j.
 
     Queries are the last n_q of n_k positions (as in ``attention.causal_mask``). In a causal model
-    only j ≤ i is ever used, where this is the paper's −m_h (i − j). slopes: (H,) -> (H, N_q, N_k).
+    only j ≤ i is ever used, where this is the paper's −m (i − j) with m = s_h. slopes: (H,) -> (H, N_q, N_k).
     """
     i = torch.arange(n_k - n_q, n_k, device=slopes.device)[:, None]
     j = torch.arange(n_k, device=slopes.device)[None, :]
@@ -235,12 +250,8 @@ class T5RelativeBias(PositionalEncoding):
         self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
 
     def score_bias(self, n_q: int, n_k: int) -> Tensor:
-        device = self.relative_attention_bias.weight.device
-        query = torch.arange(n_k - n_q, n_k, device=device)[:, None]
-        key = torch.arange(n_k, device=device)[None, :]
-        buckets = relative_position_bucket(key - query, self.bidirectional, self.num_buckets,
-                                           self.max_distance)  # (N_q, N_k)
-        return self.relative_attention_bias(buckets).permute(2, 0, 1)  # (H, N_q, N_k)
+        return position_bias(self.relative_attention_bias.weight, n_q, n_k, self.bidirectional,
+                             self.max_distance)  # (H, N_q, N_k)
 
 
 class RoPE(PositionalEncoding):
@@ -259,7 +270,7 @@ class RoPE(PositionalEncoding):
 
 
 class ALiBi(PositionalEncoding):
-    """Attention with linear biases: −m_h · distance added to head h's scores; no parameters."""
+    """Attention with linear biases: −s_h · distance added to head h's scores; no parameters."""
 
     kind = "alibi"
 

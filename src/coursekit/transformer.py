@@ -41,10 +41,11 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 class LayerNorm(nn.Module):
-    """y = (x − μ) / √(σ² + ε) · γ + β over the last dimension (Ba, Kiros & Hinton, 2016).
+    """y = (x − μ) / √(σ² + ε) · γ + δ over the last dimension (Ba, Kiros & Hinton, 2016).
 
     μ and σ² are the mean and the *biased* variance (divide by d, not d − 1) of each token's
-    d_model features; ε sits inside the square root. γ (``weight``) and β (``bias``) are learned,
+    d_model features; ε sits inside the square root. γ (``weight``) and δ (``bias``; the paper's β,
+    renamed because the book's β is a projection's bias) are learned,
     one per feature, as in ``nn.LayerNorm`` (same names, same ε default). x: (..., d_model).
     """
 
@@ -52,7 +53,7 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
-        self.bias = nn.Parameter(torch.zeros(d_model))  # β
+        self.bias = nn.Parameter(torch.zeros(d_model))  # δ
 
     def forward(self, x: Tensor) -> Tensor:
         # The equation above (Exercise 6.1 writes it out: mean, biased variance, scale, shift) as
@@ -81,10 +82,11 @@ NORMS: dict[str, type[nn.Module]] = {"layer": LayerNorm, "rms": RMSNorm}
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = W₂ φ(W₁ x + b₁) + b₂, the same two-layer MLP applied to every position alone.
+    """FFN(x) = φ(x W₁ + β₁) W₂ + β₂, the same two-layer MLP applied to every position alone.
 
-    W₁: (d_ff, d_model), W₂: (d_model, d_ff); φ is ReLU (the 2017 paper) or GELU (BERT, GPT).
-    ``bias=False`` drops b₁ and b₂ (T5). x: (B, N, d_model) -> (B, N, d_model).
+    x is a row (one token); W₁: (d_model, d_ff), W₂: (d_ff, d_model), stored transposed as the
+    ``nn.Linear`` weights; φ is ReLU (the 2017 paper) or GELU (BERT, GPT).
+    ``bias=False`` drops β₁ and β₂ (T5). x: (B, N, d_model) -> (B, N, d_model).
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
@@ -93,9 +95,9 @@ class FeedForward(nn.Module):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation={activation!r}: expected one of {sorted(ACTIVATIONS)}")
         self.activation = ACTIVATIONS[activation]
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W₁, b₁
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W₁ᵀ, β₁
         self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W₂, b₂
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W₂ᵀ, β₂
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, N, d_model)

@@ -1,9 +1,16 @@
-"""Byte-pair encoding (Sennrich et al. 2016), as GPT-2 uses it: learn merges from a corpus.
+"""Byte-pair encoding (Sennrich et al. 2016): learn merges from a corpus.
 
-Start from single characters. Count every pair of adjacent symbols in the corpus, merge the most
-frequent pair into one new symbol everywhere, and repeat: each merge adds one symbol to the
-vocabulary and shortens the text. Frequent words end up as one token, rare ones as pieces, and
-any text can still be written with the characters, so nothing is ever out of the vocabulary.
+Start from the corpus's characters. Count every pair of adjacent symbols in the corpus, merge the
+most frequent pair into one new symbol everywhere, and repeat: each merge adds one symbol to the
+vocabulary and shortens the text. Which pieces a word is cut into follows the counts of symbol
+pairs in the corpus, not the word's own frequency alone.
+
+The base alphabet is the characters the corpus contains, so text with any other character
+(a ``z`` this corpus never uses, a capital letter) cannot be encoded: ``encode`` raises a
+``KeyError`` naming the character. GPT-2's BPE (Radford et al. 2019, section 2.2) starts
+instead from the 256 values of a byte and runs on the text's UTF-8 bytes, so that every string
+can be encoded with a base vocabulary of 256 symbols, where one symbol per Unicode character
+would need over 130,000.
 
 As in GPT-2, a word carries the space before it (written ``▁``): ``"the dog"`` is the words
 ``"the"`` and ``"▁dog"``, so merges never cross a word boundary and decoding is concatenation.
@@ -50,7 +57,8 @@ def pre_tokenize(text: str) -> list[str]:
 class BPE:
     """A byte-pair-encoding tokenizer: ``BPE.train(corpus, n_merges)``, ``encode``, ``decode``.
 
-    ``itos``: the special tokens, then the characters of the corpus, then one symbol per merge;
+    ``itos``: the special tokens, then the characters of the corpus (the base alphabet), then one
+    symbol per merge;
     ``merges``: the learned pairs in order, merge r making symbol ``n_base + r``.
     """
 
@@ -100,6 +108,10 @@ class BPE:
     def encode_word(self, word: str) -> list[int]:
         """One pre-tokenized word -> ids, applying the merges in the order they were learned."""
         stoi = self.stoi
+        unknown = [c for c in word if c not in stoi]
+        if unknown:
+            raise KeyError(f"{unknown[0]!r} is not in the base alphabet: this BPE starts from "
+                           "the characters of its training corpus (GPT-2's starts from 256 bytes)")
         ids = [stoi[c] for c in word]
         for rank, pair in enumerate(self.merges):
             if len(ids) < 2:

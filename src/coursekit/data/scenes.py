@@ -9,8 +9,9 @@ a captioner's attention over the grid can be scored against where the digit real
 (``"seven top left and two bottom right"``), the attributes CLIP (Chapter 8) learns to bind; a
 set of ``(label, cell)`` pairs can be kept out of a sample (``exclude``), to probe composition.
 
-The digit images are split once, seeded: test scenes are drawn with handwriting never seen in
-training. Nothing is downloaded: ``load_digits`` ships with scikit-learn.
+The digit images are split once, seeded: test scenes are drawn from digit images never seen in
+training (unseen images, not unseen handwriting: scikit-learn's digits come from 13 writers, and a
+random split puts each writer's digits on both sides). Nothing is downloaded: ``load_digits`` ships with scikit-learn.
 """
 
 from __future__ import annotations

@@ -46,6 +46,17 @@ def clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor) ->
             + F.cross_entropy(logits_per_image.T, targets)) / 2
 
 
+def eot_pool(hidden: Tensor, ids: Tensor, eot_id: int) -> Tensor:
+    """The text's embedding: each row's hidden state at its first end-of-text token.
+
+    hidden: (B, N, d), ids: (B, N) long -> (B, d). Under the causal mask that position is the
+    first to have read the whole text (as ``transformers``' CLIPTextTransformer pools for any
+    ``eos_token_id`` but the legacy 2).
+    """
+    eot = (ids == eot_id).int().argmax(dim=-1)  # (B,): argmax returns the first maximum
+    return hidden[torch.arange(len(ids), device=ids.device), eot]
+
+
 class TextTransformer(nn.Module):
     """Token embeddings + learned positions, a causal Pre-LN encoder with a final LayerNorm,
     pooled at the first end-of-text token. ids: (B, N), each row holding ``eot_id`` once
@@ -65,8 +76,7 @@ class TextTransformer(nn.Module):
     def forward(self, ids: Tensor) -> Tensor:
         x = self.dropout(self.token_embed(ids) + self.pos_embed[: ids.shape[1]])  # (B, N, d_model)
         h, _ = self.encoder(x, is_causal=True)
-        eot = (ids == self.eot_id).int().argmax(dim=-1)  # (B,): the first end-of-text position
-        return h[torch.arange(len(ids), device=ids.device), eot]
+        return eot_pool(h, ids, self.eot_id)  # (B, d_model)
 
 
 class CLIP(nn.Module):

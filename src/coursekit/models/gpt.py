@@ -1,12 +1,18 @@
 """GPT: a decoder-only transformer, weight-compatible with Hugging Face's ``GPT2LMHeadModel``.
 
-GPT is the book's pre-norm block with causal self-attention, stacked (Radford et al. 2018, 2019)::
+GPT-2's block is the book's pre-norm block with causal self-attention, stacked (Radford et al.
+2019, section 2.3)::
 
-    h_0 = W_e[ids] + W_p[0..N-1]                    # token table wte, learned positions wpe
-    h_ℓ = h_ℓ-1 + MHA(LN(h_ℓ-1));  h_ℓ = h_ℓ + FFN(LN(h_ℓ))    ℓ = 1..L  (causal attention)
-    P(x_t+1 | x_≤t) = softmax(LN(h_L) W_eᵀ)         # the output layer is the token table, tied
+    h⁰ = W_e[ids] + W_p[0..N-1]                     # token table wte, learned positions wpe
+    h^ℓ = h^ℓ-1 + MHA(LN(h^ℓ-1));  h^ℓ = h^ℓ + FFN(LN(h^ℓ))    ℓ = 1..L  (causal attention)
+    P(x_i+1 | x_≤i) = softmax(LN(h^L_i) W_eᵀ)         # the output layer is the token table, tied
 
-which is :class:`coursekit.models.tiny_transformer.TinyTransformer` with GPT-2's three choices:
+GPT-1 (Radford et al. 2018) is the same stack with the original Transformer's Post-LN blocks and
+no final LayerNorm; it already used GELU and the tied output layer. GPT-2 moved the LayerNorm
+to the input of each sub-block, added the final one and scaled the residual projections' initial
+weights by 1/√(number of residual layers).
+
+:class:`GPT` is :class:`coursekit.models.tiny_transformer.TinyTransformer` with GPT-2's choices:
 the FFN's φ is the tanh approximation of GELU (``"gelu_new"`` in transformers), LayerNorm's
 ε = 1e-5, and the output layer has no bias and shares its weight with the token embedding.
 
@@ -110,8 +116,9 @@ def gpt_to_hf(model: GPT):
 def gpt_parameters(n_layers: int, d_model: int, vocab_size: int, n_positions: int) -> int:
     """The exact parameter count of a GPT-2-shaped model (tied output layer, d_ff = 4 d_model).
 
-    Per block: attention 4d² + 4d, FFN 8d² + 5d, two LayerNorms 4d, i.e. 12d² + 13d; then the
-    token and position tables (|V| + P)·d and the final LayerNorm 2d.
+    With d = d_model, per block: attention 4d² + 4d, FFN 8d² + 5d, two LayerNorms 4d, i.e.
+    12d² + 13d; then the token and position tables (|𝒱| + P)·d, P = ``n_positions``, and the
+    final LayerNorm 2d (GPT-2's; GPT-1, Post-LN, has none: 2d fewer).
     """
     d = d_model
     return n_layers * (12 * d * d + 13 * d) + (vocab_size + n_positions) * d + 2 * d
@@ -124,7 +131,14 @@ def approx_parameters(n_layers: int, d_model: int, vocab_size: int = 0, n_positi
 
 @dataclass(frozen=True)
 class Published:
-    """A published model's shape and the size its paper states."""
+    """A published model's shape, the size its paper states and, where it differs, the size
+    given with the released weights.
+
+    The GPT-2 paper's Table 2 states 117M, 345M, 762M and 1542M; the released checkpoints hold
+    124M, 355M, 774M and 1558M (the count of :func:`gpt_parameters`). The paper's 117M for the
+    small model, which it calls "equivalent to the original GPT", is GPT-1's size (116.5M
+    counted); the small model's own shape holds 6.4 % more, a larger vocabulary and context.
+    """
 
     name: str
     n_layers: int
@@ -133,6 +147,7 @@ class Published:
     vocab_size: int
     n_positions: int
     stated: float  # parameters, as the paper gives them
+    released: float | None = None  # as given with the later release of the weights
 
     @property
     def counted(self) -> int:
@@ -142,10 +157,10 @@ class Published:
 _GPT2, _GPT3 = (50257, 1024), (50257, 2048)
 PUBLISHED: tuple[Published, ...] = (
     Published("GPT-1", 12, 768, 12, 40478, 512, 117e6),
-    Published("GPT-2 small", 12, 768, 12, *_GPT2, 124e6),
-    Published("GPT-2 medium", 24, 1024, 16, *_GPT2, 355e6),
-    Published("GPT-2 large", 36, 1280, 20, *_GPT2, 774e6),
-    Published("GPT-2 XL", 48, 1600, 25, *_GPT2, 1.5e9),
+    Published("GPT-2 small", 12, 768, 12, *_GPT2, 117e6, 124e6),
+    Published("GPT-2 medium", 24, 1024, 16, *_GPT2, 345e6, 355e6),
+    Published("GPT-2 large", 36, 1280, 20, *_GPT2, 762e6, 774e6),
+    Published("GPT-2 XL", 48, 1600, 25, *_GPT2, 1542e6, 1558e6),
     Published("GPT-3 Small", 12, 768, 12, *_GPT3, 125e6),
     Published("GPT-3 Medium", 24, 1024, 16, *_GPT3, 350e6),
     Published("GPT-3 Large", 24, 1536, 16, *_GPT3, 760e6),

@@ -1,4 +1,5 @@
-"""Chapter 7, T5 notebook (07c) — exercises 07.4, ``span_corruption``, and 07.8, ``shift_right``.
+"""Chapter 7, T5 notebook (07c) — exercises 07.4 ``span_corruption``, 07.8 ``shift_right`` and 07.9
+``position_bias``.
 
 The authority is the span-corruption code of Hugging Face's T5 pre-training example
 (``examples/flax/language-modeling/run_t5_mlm_flax.py``: ``create_sentinel_ids`` and
@@ -9,7 +10,9 @@ sentinel exactly when the sequence ends with a kept token. ``tests/test_ch07c_t5
 the published examples (the T5 paper's Figure 2, the Hugging Face T5 page).
 
 The authority for ``shift_right`` is Hugging Face's ``T5PreTrainedModel._shift_right``, called on
-a tiny ``T5Config`` whose ``decoder_start_token_id`` and ``pad_token_id`` are the case's.
+a tiny ``T5Config`` whose ``decoder_start_token_id`` and ``pad_token_id`` are the case's; for
+``position_bias``, ``T5Attention.compute_bias`` with ``past_seen_tokens = N_k − N_q`` (its bucket
+function and lookup, so that gradients reach the table).
 """
 
 from __future__ import annotations
@@ -297,6 +300,111 @@ SUITES.append(
                    "Your output has N_t + 1 positions: the last label is never an input (there "
                    "is nothing after it to predict), so drop it and keep the labels' shape "
                    "(B, N_t)."),
+        ],
+    )
+)
+
+
+# ----------------------------------------------------------------------------- 07.9 position_bias
+
+
+def hf_position_bias(table, n_q, n_k, bidirectional=True, max_distance=128):
+    """Hugging Face's ``T5Attention.compute_bias`` for N_q new queries after N_k − N_q cached
+    positions (``past_seen_tokens``), written with its own bucket function on ``table`` so that
+    gradients reach the table; ``tests/test_ch07c_t5.py`` checks it equals ``compute_bias``."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    past = n_k - n_q
+    context = torch.arange(n_q)[:, None] + past        # as compute_bias with past_seen_tokens
+    memory = torch.arange(n_k)[None, :]
+    buckets = T5Attention._relative_position_bucket(memory - context, bidirectional=bidirectional,
+                                                    num_buckets=table.shape[0],
+                                                    max_distance=max_distance)
+    return torch.nn.functional.embedding(buckets, table).permute(2, 0, 1)  # (H, N_q, N_k)
+
+
+def _bias_variant(*, reversed_offset=False, top_left=False, always_bidirectional=False,
+                  default_distance=False, unpermuted=False, heads_as_buckets=False):
+    """A wrong position_bias, one bug switched on by the arguments."""
+    from coursekit.positional import relative_position_bucket
+
+    def variant(table, n_q, n_k, bidirectional=True, max_distance=128):
+        query = torch.arange(n_q)[:, None] + (0 if top_left else n_k - n_q)
+        key = torch.arange(n_k)[None, :]
+        offset = query - key if reversed_offset else key - query
+        buckets = relative_position_bucket(
+            offset, True if always_bidirectional else bidirectional,
+            table.shape[1] if heads_as_buckets else table.shape[0],
+            128 if default_distance else max_distance)
+        values = table[buckets]
+        return values if unpermuted else values.permute(2, 0, 1)
+
+    return variant
+
+
+def _table(num_buckets, n_heads, n_q, n_k, bidirectional, max_distance, by_hand=False):
+    def make(g):
+        table = (torch.arange(num_buckets * n_heads, dtype=torch.float32).reshape(num_buckets, n_heads)
+                 if by_hand else 0.5 * torch.randn(num_buckets, n_heads, generator=g))
+        return table, n_q, n_k, bidirectional, max_distance
+
+    return make
+
+
+CACHED = ("With N_q < N_k the queries are the last N_q positions (i = N_k − N_q, ..., N_k − 1), "
+          "as when a decoder with a KV cache adds new tokens to the ones it has: the offset of "
+          "key j for the first new query is j − (N_k − N_q), not j.")
+
+BIAS_CASES = [
+    Case("by hand: table[b, h] = 2b + h, 8 buckets, 2 heads, N = 4, bidirectional, "
+         "max_distance 16", _table(8, 2, 4, 4, True, 16, by_hand=True)),
+    Case("causal, N = 5, 16 buckets, 4 heads, max_distance 32", _table(16, 4, 5, 5, False, 32),
+         hint="In a decoder (bidirectional=False) every offset j − i > 0 shares bucket 0 and the "
+              "past uses all the buckets: pass bidirectional on to relative_position_bucket."),
+    Case("one cached decoding step: N_q = 1 new query over N_k = 9 keys, causal, 16 buckets",
+         _table(16, 3, 1, 9, False, 40), hint=CACHED),
+    Case("3 new queries over N_k = 10 keys, causal, 32 buckets, 2 heads",
+         _table(32, 2, 3, 10, False, 128), hint=CACHED),
+    Case("long offsets: N = 60, 16 buckets, max_distance 20, bidirectional",
+         _table(16, 2, 60, 60, True, 20),
+         hint="Offsets at or beyond max_distance all land in the last bucket of their half: pass "
+              "max_distance on to relative_position_bucket (its default is 128)."),
+    Case("long offsets, causal: N = 50, 12 buckets, max_distance 24, 5 heads",
+         _table(12, 5, 50, 50, False, 24)),
+    Case("12 heads, 32 buckets, N = 40, bidirectional, max_distance 128",
+         _table(32, 12, 40, 40, True, 128)),
+    Case("1 head, 6 buckets, N = 7, bidirectional, max_distance 8", _table(6, 1, 7, 7, True, 8)),
+]
+
+SUITES.append(
+    Suite(
+        exercise="07.9",
+        name="position_bias",
+        points=3,
+        reference=hf_position_bias,
+        solution=__import__("coursekit.positional", fromlist=["position_bias"]).position_bias,
+        cases=BIAS_CASES,
+        grad=("table",),
+        hint="For query i (the last N_q of N_k positions) and key j, bucket the offset j − i with "
+             "relative_position_bucket(offset, bidirectional, num_buckets = table.shape[0], "
+             "max_distance), look the buckets up in the table (N_q, N_k, H) and put the heads "
+             "first: (H, N_q, N_k).",
+        mutants=[
+            Mutant("offset i − j", _bias_variant(reversed_offset=True),
+                   "Your offsets have the wrong sign: T5 buckets j − i, the key's position minus "
+                   "the query's, so a key in the past has a negative offset."),
+            Mutant("queries at the first positions", _bias_variant(top_left=True), CACHED),
+            Mutant("always bidirectional", _bias_variant(always_bidirectional=True),
+                   "Your buckets are the bidirectional ones even when bidirectional=False: a "
+                   "decoder's bias gives the past all num_buckets buckets."),
+            Mutant("max_distance left at its default", _bias_variant(default_distance=True),
+                   "Pass max_distance on to relative_position_bucket: it decides which offsets "
+                   "share the last bucket."),
+            Mutant("heads last", _bias_variant(unpermuted=True),
+                   "Your output is (N_q, N_k, H), the table lookup's order: move the heads first, "
+                   "(H, N_q, N_k), as attention scores are laid out."),
+            Mutant("number of buckets read from the heads' axis", _bias_variant(heads_as_buckets=True),
+                   "The table is (num_buckets, H): the number of buckets is table.shape[0]."),
         ],
     )
 )

@@ -1,5 +1,6 @@
-"""Chapter 8, notebook 08b (CLIP) — ``clip_loss``, the symmetric contrastive loss, and
-``zero_shot_logits``, zero-shot classification logits with a prompt ensemble.
+"""Chapter 8, notebook 08b (CLIP) — ``clip_loss``, the symmetric contrastive loss,
+``zero_shot_logits``, zero-shot classification logits with a prompt ensemble, and ``eot_pool``,
+the text tower's pooling at the first end-of-text token (against ``CLIPTextTransformer``).
 
 The reference is a line-by-line transcription of what ``transformers.CLIPModel`` computes with
 ``return_loss=True`` from its two towers' outputs (``get_image_features``,
@@ -243,3 +244,123 @@ SUITES = [
         ],
     ),
 ]
+
+
+# ----------------------------------------------------------------------------- 08.6 eot_pool
+
+
+def hf_eot_pool(hidden, ids, eot_id):
+    """The pooling line of ``transformers``' ``CLIPTextTransformer.forward`` for an
+    ``eos_token_id`` other than the legacy 2, transcribed; ``tests/test_ch08b_eot_pool.py``
+    proves it equal to ``CLIPTextModel``'s ``pooler_output``."""
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device),
+                  (ids.to(dtype=torch.int, device=hidden.device) == eot_id).int().argmax(dim=-1)]
+
+
+def _pool_variant(*, legacy=False, last_position=False, last_eot=False, nonzero=False,
+                  mean=False):
+    """A wrong pooling, one bug switched on by the arguments."""
+
+    def variant(hidden, ids, eot_id):
+        rows = torch.arange(hidden.shape[0])
+        if mean:
+            return hidden.mean(dim=1)
+        if legacy:
+            at = ids.argmax(dim=-1)
+        elif last_position:
+            at = torch.full((hidden.shape[0],), hidden.shape[1] - 1)
+        elif last_eot:
+            at = hidden.shape[1] - 1 - (ids == eot_id).int().flip(-1).argmax(dim=-1)
+        elif nonzero:
+            at = (ids != 0).sum(dim=-1) - 1
+        else:
+            at = (ids == eot_id).int().argmax(dim=-1)
+        return hidden[rows, at]
+
+    return variant
+
+
+def _texts(rows, eot_id, d=3, by_hand=False):
+    """Fixed ids (a list of rows) and hidden states (B, N, d): arange when by hand, else spread."""
+
+    def make(g):
+        ids = torch.tensor(rows, dtype=torch.long)
+        b, n = ids.shape
+        hidden = (torch.arange(b * n * d, dtype=torch.float32).reshape(b, n, d) if by_hand
+                  else 0.5 * torch.randn(b, n, d, generator=g))
+        return hidden, ids, eot_id
+
+    return make
+
+
+def _random_texts(batch, n, d, eot_id, pad_id, low, high):
+    """Words drawn from [low, high), then eot_id, then pad_id up to n, at random lengths."""
+
+    def make(g):
+        ids = torch.full((batch, n), pad_id, dtype=torch.long)
+        lengths = torch.randint(0, n, (batch,), generator=g)
+        for row, length in enumerate(lengths.tolist()):
+            ids[row, :length] = torch.randint(low, high, (length,), generator=g)
+            ids[row, length] = eot_id
+        return 0.5 * torch.randn(batch, n, d, generator=g), ids, eot_id
+
+    return make
+
+
+FIRST = ("Pool at the first position where ids == eot_id in each row: under the causal mask it is "
+         "the first position that has read the whole text. Not the last position, nor the "
+         "largest id (a legacy rule of the original CLIP vocabulary, whose end-of-text token "
+         "had the largest id).")
+
+POOL_CASES = [
+    Case("by hand: hidden = arange, B = 2, N = 4, d = 3; <eot> = 9 at positions 1 and 2",
+         _texts([[5, 9, 0, 0], [7, 4, 9, 0]], 9, by_hand=True)),
+    Case("<eot> is not the largest id: words 4..29, <eot> = 3, padding 0",
+         _random_texts(5, 8, 4, 3, 0, 4, 30), hint=FIRST),
+    Case("padding with the largest id (31) after <eot> = 5", _random_texts(4, 7, 4, 5, 31, 6, 30),
+         hint=FIRST),
+    Case("no padding: <eot> at the last position of every row",
+         _texts([[4, 5, 6, 1], [7, 7, 8, 1], [9, 4, 4, 1]], 1)),
+    Case("an empty text: <eot> at position 0", _texts([[6, 0, 0], [4, 6, 0]], 6), hint=FIRST),
+    Case("<eot> twice in a row: pool at the first", _texts([[4, 5, 3, 3, 0], [3, 6, 7, 3, 0]], 3),
+         hint="With <eot> more than once in a row, pool at its first occurrence (the position "
+              "argmax returns for the first maximum), not the last."),
+    Case("word ids that include 0 (the padding id is 10)", _texts([[0, 3, 1, 10], [5, 0, 0, 1]], 1),
+         hint="Find <eot> by its id, eot_id; counting the non-zero ids assumes the padding id is "
+              "0 and that no word has id 0."),
+    Case("B = 1, N = 1: the text is <eot> alone", _texts([[7]], 7)),
+    Case("a training batch: B = 8, N = 16, d = 32, <eot> = 1, padding 0",
+         _random_texts(8, 16, 32, 1, 0, 2, 50)),
+]
+
+SUITES.append(
+    Suite(
+        exercise="08.6",
+        name="eot_pool",
+        points=2,
+        reference=hf_eot_pool,
+        solution=clip.eot_pool,
+        cases=POOL_CASES,
+        arg_names=("hidden", "ids", "eot_id"),
+        grad=("hidden",),
+        hint="For each row b, find the first position where ids[b] == eot_id and take "
+             "hidden[b, that position]: the output is (B, d).",
+        mutants=[
+            Mutant("largest id", _pool_variant(legacy=True),
+                   "You pool at the largest id of each row (ids.argmax(-1)), the legacy rule of "
+                   "the original CLIP vocabulary, where end-of-text had the largest id. Here it "
+                   "does not: find the positions where ids == eot_id."),
+            Mutant("last position", _pool_variant(last_position=True),
+                   "You pool at the last position, which is padding whenever a text is shorter "
+                   "than N: pool at each row's first <eot>."),
+            Mutant("last <eot>", _pool_variant(last_eot=True),
+                   "You pool at the last <eot> of a row; CLIP pools at the first."),
+            Mutant("length from the non-zero ids", _pool_variant(nonzero=True),
+                   "You locate <eot> by counting non-zero ids, which assumes padding id 0 and no "
+                   "word with id 0: find it by its id, eot_id."),
+            Mutant("mean over positions", _pool_variant(mean=True),
+                   "You average the hidden states over all positions, padding included. CLIP's "
+                   "text embedding is the hidden state at one position, the first <eot>."),
+        ],
+    )
+)

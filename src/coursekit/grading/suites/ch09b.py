@@ -15,9 +15,12 @@ The authority is ``bitsandbytes``:
   book. (Its native CPU kernel assumes a 256-entry code book and is not used.)
 - ``double_quantize``: bitsandbytes' nested quantisation of the constants as
   ``quantize_4bit(..., compress_statistics=True)`` does it (``offset = absmax.mean()``, then
-  ``quantize_blockwise(absmax - offset, blocksize=256)``), through the same kernel, with the
-  book's linear 8-bit code ``torch.linspace(-1, 1, 255)`` in place of bitsandbytes' dynamic map
-  (the notebook says so; the bits are the same).
+  ``quantize_blockwise(absmax - offset, blocksize=256)`` with its 8-bit dynamic map), through the
+  same PyTorch kernel (the nearest code value). The cases pass the dynamic map
+  (``create_dynamic_map()``, which ``coursekit.quant.dynamic_map`` equals) and, once, another
+  code. bitsandbytes' CPU kernel rounds w / c to a 16-bit grid first and so differs on about
+  0.2 % of the constants, by one level; the notebook shows it, and coursekit's
+  ``double_quantize(..., grid_bits=16)`` reproduces it (``tests/test_quant_bnb.py``).
 
 Quantisation is not trained through: no gradients are compared. Indices are compared exactly,
 the constants to float32 rounding.
@@ -190,23 +193,36 @@ Q_CASES = [
 
 # ----------------------------------------------------------------------------- 09.5 double_quantize
 
-LINEAR8 = 255  # values in the 8-bit code torch.linspace(-1, 1, 255)
+
+def bnb_dynamic_map():
+    """bitsandbytes' signed 8-bit dynamic map (256 values, sorted)."""
+    import logging
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    from bitsandbytes.functional import create_dynamic_map
+
+    return create_dynamic_map()
 
 
-def bnb_double_quantize(absmax, blocksize=256):
+def bnb_double_quantize(absmax, code, blocksize=256):
     """The authority: bitsandbytes' nested quantisation (offset = the constants' mean, then
-    block-wise quantisation of absmax − offset), with the linear 8-bit code."""
+    block-wise quantisation of absmax − offset to ``code``), through its PyTorch kernel."""
     offset = absmax.mean()
-    indices, absmax2 = _bnb_kernel(absmax - offset, torch.linspace(-1, 1, LINEAR8), blocksize)
+    indices, absmax2 = _bnb_kernel(absmax - offset, code.float(), blocksize)
     return indices, absmax2, offset
 
 
-def _d_case(n, blocksize, std=0.02, edit=None):
+def solution_double_quantize(absmax, code, blocksize=256):
+    """coursekit's, with the nearest code value (no 16-bit grid), as the exercise asks."""
+    return quant.double_quantize(absmax, code, blocksize, grid_bits=None)
+
+
+def _d_case(n, blocksize, std=0.02, edit=None, code=bnb_dynamic_map):
     def make(g):
         absmax = (std * torch.randn(n, 64, generator=g)).abs().amax(dim=1)
         if edit is not None:
             absmax = edit(absmax, g)
-        return absmax, blocksize
+        return absmax, code(), blocksize
 
     return make
 
@@ -221,7 +237,7 @@ def _decades(absmax, g):
 
 
 def _d_variant(kind):
-    def double_quantize(absmax, blocksize=256):
+    def double_quantize(absmax, code, blocksize=256):
         n = absmax.numel()
         mean = absmax.mean()
         centred = absmax if kind == "not centred" else absmax - mean
@@ -231,11 +247,11 @@ def _d_variant(kind):
         if kind == "one scale":
             absmax2 = blocks.abs().amax().expand(blocks.shape[0]).clone()
         scaled = (blocks / absmax2.clamp(min=1e-38)[:, None]).clamp(-1, 1).reshape(-1)
-        size = 256 if kind == "256 values" else LINEAR8
-        if kind == "floor":
-            indices = torch.floor((scaled + 1) / 2 * (size - 1))
+        if kind == "linear code":
+            code = torch.linspace(-1, 1, 255)
+        if kind == "round down":
+            indices = (torch.searchsorted(code, scaled, right=True) - 1).clamp(min=0)
         else:
-            code = torch.linspace(-1, 1, size)
             indices = torch.bucketize(scaled, (code[:-1] + code[1:]) / 2)
         return indices[:n].to(torch.uint8), absmax2, mean
 
@@ -272,6 +288,9 @@ D_CASES = [
               "sets the scale of its own block only."),
     Case("512 constants spread over three decades (0.01 to 10)",
          _d_case(512, 256, edit=_decades)),
+    Case("another 8-bit code: 255 values evenly spaced from -1 to 1",
+         _d_case(600, 256, code=lambda: torch.linspace(-1, 1, 255)),
+         hint="Quantise to the code you are given (the argument `code`), whatever its values."),
 ]
 
 SUITES = [
@@ -299,7 +318,8 @@ SUITES = [
         mutants=[
             Mutant("equal-mass quantiles without an exact zero", _variant("equal-mass, no zero"),
                    "The 16 quantiles (i + ½)/16 of the normal distribution have no exact zero, and "
-                   "zero must be representable (padding, ReLU outputs): NF4 builds 8 positive and 7 "
+                   "zero must be representable (a weight that is exactly 0, such as a padded row or a "
+                   "pruned weight, should stay 0): NF4 builds 8 positive and 7 "
                    "negative values from `offset` and adds 0 once."),
             Mutant("symmetric, no zero", _variant("symmetric"),
                    "Your code book is symmetric (8 values each side) and has no zero. NF4 takes 8 "
@@ -358,8 +378,8 @@ SUITES = [
         name="double_quantize",
         points=3,
         reference=bnb_double_quantize,
-        solution=quant.double_quantize,
-        arg_names=("absmax", "blocksize"),
+        solution=solution_double_quantize,
+        arg_names=("absmax", "code", "blocksize"),
         upstream=("quantize_blockwise",),
         cases=D_CASES,
         observe=_observe_double,
@@ -367,8 +387,8 @@ SUITES = [
         rtol=1e-5,
         hint="mean = the constants' mean; subtract it; cut the centred constants into blocks of "
              "`blocksize` (the last one padded with zeros); quantise each block with its own "
-             "absmax₂ to the nearest of the 255 values torch.linspace(-1, 1, 255); return the "
-             "n indices (uint8), absmax₂ (one per block, float32) and the mean (a 0-d tensor).",
+             "absmax₂ to the nearest value of `code` (the 8-bit dynamic map); return the n "
+             "indices (uint8), absmax₂ (one per block, float32) and the mean (a 0-d tensor).",
         mutants=[
             Mutant("mean not subtracted", _d_variant("not centred"),
                    "Subtract the constants' mean before quantising them: they are all positive, "
@@ -377,13 +397,13 @@ SUITES = [
             Mutant("one scale for all blocks", _d_variant("one scale"),
                    "Each block of `blocksize` centred constants gets its own absmax₂ (one float32 "
                    "per block); yours scales every block by one value."),
-            Mutant("truncated, not rounded", _d_variant("floor"),
-                   "Round to the nearest of the 255 code values; yours truncates (rounds down) "
-                   "the position on the grid. Use the midpoints between code values "
-                   "(torch.bucketize), or the argmin of the distance."),
-            Mutant("a 256-value code", _d_variant("256 values"),
-                   "The 8-bit code is torch.linspace(-1, 1, 255): 255 values, symmetric, with 0 "
-                   "in the middle. 256 equally spaced values have no zero."),
+            Mutant("rounded down, not to the nearest", _d_variant("round down"),
+                   "Round to the nearest value of the code; yours takes the code value just "
+                   "below. Use the midpoints between neighbouring code values (torch.bucketize), "
+                   "or the argmin of the distance."),
+            Mutant("a linear code in place of `code`", _d_variant("linear code"),
+                   "Quantise to the code you are given (the dynamic map: 256 values, dense near "
+                   "0 and spread over seven decades), not to a linear code of your own."),
             Mutant("the last block not padded", _d_variant("no padding"), PARTIAL),
         ],
     ),
