@@ -363,3 +363,35 @@ def test_the_static_form_gives_the_same_verdicts_as_python():
         browser.close()
     assert not errors, errors
     assert math.isclose(QUESTIONS["06.C3"].answer, 1 / 0.9)
+
+
+# ---- the batch grader records them -------------------------------------------------------------
+
+def test_the_batch_grader_records_concept_checks_ungraded(tmp_path):
+    from coursekit.grading.batch import grade
+    from coursekit.grading.worker_pool import Limits
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    student = nbformat.read(ROOT / "notebooks" / "04_multi_head_attention.ipynb", as_version=4)
+    [cell] = _concept_cells(ROOT / "notebooks" / "04_multi_head_attention.ipynb")
+    index = next(i for i, c in enumerate(student.cells) if c.source == cell.source)
+    for name, first in [("alice", "(2, 7, 7)"), ("bob", "(2, 4, 7, 7)"), ("carol", 'open("x")')]:
+        student.cells[index].source = ('from coursekit.concepts import check_concepts\n'
+                                       f'answers = {{"04.C1": {first}, "04.C2": 4 * 32 * 32 + 4 * 32, '
+                                       '"04.C3": None}\ncheck_concepts(answers)\n')
+        nbformat.write(student, subs / f"04_{name}.ipynb")
+    batch = grade([subs], tmp_path / "out", jobs=1, stream=None, limits=Limits(timeout=60))
+    by_id = {meta["submission"]: meta for meta in
+             (r["extra_data"]["coursekit"] for r in batch.records)}
+    alice = {c["id"]: c for c in by_id["04_alice"]["concepts"]}
+    assert alice["04.C1"]["right"] is False and "heads averaged" in alice["04.C1"]["message"]
+    assert alice["04.C2"]["right"] is True and alice["04.C3"]["right"] is None
+    assert all(c["right"] for c in by_id["04_bob"]["concepts"] if c["id"] != "04.C3")
+    assert by_id["04_carol"]["concepts"] == []
+    assert any("concept checks not read" in n for n in by_id["04_carol"]["notes"])
+    assert all(r["score"] == 0 for r in batch.records), "concept checks are ungraded"
+    feedback = (tmp_path / "out" / "04_alice" / "feedback.md").read_text()
+    assert "Concept checks (ungraded): 1 of 3 right, 2 answered" in feedback
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| 04.C1 | 2 of 2 | 1 | `(2, 7, 7)` (1) |" in summary, summary  # carol: unread

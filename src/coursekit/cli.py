@@ -1,4 +1,5 @@
-"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade``, ``book``, ``validate``."""
+"""The ``coursekit`` command: ``release``, ``store-outputs``, ``grade``, ``export``, ``book``,
+``validate``."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _grade(args: argparse.Namespace) -> int:
     try:
         result = grade(args.paths, args.out, jobs=args.jobs, limits=limits, force=args.force,
                        extra_cases=args.extra_cases, chapter=args.chapter,
-                       stream=None if args.quiet else sys.stderr)
+                       stream=None if args.quiet else sys.stderr, lms=args.lms,
+                       lms_assignment=args.lms_assignment)
     except (HarnessError, ValueError, OSError) as err:
         print(f"coursekit grade: {err}", file=sys.stderr)
         return 2
@@ -71,9 +73,29 @@ def _grade(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     errors = sum(bool(r["extra_data"]["coursekit"]["harness_errors"]) for r in result.records)
-    print(f"results in {args.out}/ (grades.csv, summary.md, <submission>/results.json and "
-          "feedback.md)", file=sys.stderr)
+    print(f"results in {args.out}/ (grades.csv, "
+          + (f"grades-{args.lms}.csv, " if args.lms else "")
+          + "summary.md, summary.html, <submission>/results.json and feedback.md)",
+          file=sys.stderr)
     return 1 if errors else 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from coursekit.release import ReleaseError
+
+    if args.tool == "nbgrader":
+        from coursekit.export.nbgrader import export
+    else:
+        from coursekit.export.otter import export
+    try:
+        written = export(Path(args.dir), solutions=Path(args.solutions), chapter=args.chapter,
+                         extra_cases=args.extra_cases)
+    except (ReleaseError, ValueError, OSError) as err:
+        print(f"coursekit export: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote the {args.tool} course in {args.dir}: {len(written)} notebook(s)"
+          + "".join(f"\n  {p}" for p in written))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,10 +137,30 @@ def main(argv: list[str] | None = None) -> int:
                    help="instructor folder of hidden cases (*.py files defining CASES)")
     p.add_argument("--chapter", help="grade every submission as this chapter (e.g. 01)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--lms", choices=["canvas", "moodle"],
+                   help="also write grades-<lms>.csv in that LMS's gradebook import format; "
+                        "students are named by the LMS's bulk download file names")
+    p.add_argument("--lms-assignment", metavar="TITLE",
+                   help="the gradebook column (Canvas assignment title) for --lms canvas "
+                        "(default: Chapter NN)")
     p.add_argument("--gradescope", metavar="ZIP",
                    help="instead of grading, write a Gradescope autograder zip that runs this "
                         "grader (use with --chapter)")
     p.set_defaults(run=_grade)
+
+    p = commands.add_parser(
+        "export", help="write the course for nbgrader or Otter-Grader",
+        description="Write the chapters as an nbgrader course (source/chNN/) or as Otter-Grader "
+                    "master notebooks; each exercise gets a graded test cell that calls "
+                    "coursekit's suite, so the scores are those of `coursekit grade`.")
+    p.add_argument("tool", choices=["nbgrader", "otter"])
+    p.add_argument("dir", metavar="DIR", help="folder to write (created if needed)")
+    p.add_argument("--chapter", help="only this chapter (e.g. 03) or notebook (e.g. 02b)")
+    p.add_argument("--solutions", default="solutions")
+    p.add_argument("--extra-cases", metavar="DIR",
+                   help="instructor folder of hidden cases (*.py files defining CASES), kept "
+                        "out of what students receive")
+    p.set_defaults(run=_export)
 
     from coursekit import book  # the book: `coursekit book --edition student|instructor`
 

@@ -11,7 +11,8 @@ set of ``(label, cell)`` pairs can be kept out of a sample (``exclude``), to pro
 
 The digit images are split once, seeded: test scenes are drawn from digit images never seen in
 training (unseen images, not unseen handwriting: scikit-learn's digits come from 13 writers, and a
-random split puts each writer's digits on both sides). Nothing is downloaded: ``load_digits`` ships with scikit-learn.
+random split puts each writer's digits on both sides). Nothing is downloaded: ``load_digits``
+ships with scikit-learn.
 """
 
 from __future__ import annotations

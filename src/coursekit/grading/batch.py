@@ -21,6 +21,7 @@ sandbox, grade in parallel, write each result as it finishes, then the class rep
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -35,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
+from coursekit import concepts
 from coursekit.grading import protocol, report
 from coursekit.grading.cells import provided_names
 from coursekit.grading.registry import all_suites
@@ -222,6 +224,8 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         result.notes.append("Use --chapter NN to grade it as a given chapter.")
         return result
     result.notes += parsed.notes
+    result.concepts, concept_notes = concepts.grade_sources([c.source for c in parsed.cells])
+    result.notes += concept_notes
     codes, missing = plan(parsed, [(s.exercise, s.name) for s in suites])
     if _has_no_exercises(ctx, chapter) and len(missing) == len(suites):
         result.notes.append(
@@ -231,6 +235,7 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         result.seconds = time.monotonic() - start
         return result
     result.notes += [c.note for c in codes.values() if c.note]
+    result.sources = {name: c.source for name, c in codes.items()}  # for the class report
     provided = provided_names([c.source for c in parsed.cells], ctx.suites)
     session = Session(ctx, slot, start + ctx.limits.timeout, provided)
     try:
@@ -278,11 +283,14 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
           limits: Limits | None = None, force: bool = False, extra_cases: Path | str | None = None,
           chapter: str | None = None, suites: dict[str, Suite] | None = None,
           stream: TextIO | None = sys.stderr, hide: Iterable[Path | str] = (),
-          namespaces: bool = True, seccomp: bool = True) -> BatchResult:
+          namespaces: bool = True, seccomp: bool = True, lms: str | None = None,
+          lms_assignment: str | None = None) -> BatchResult:
     """Grade every submission under ``paths`` into ``out`` (see the module docstring).
 
     Writes ``out/<id>/results.json`` (Gradescope format) and ``out/<id>/feedback.md`` as each
-    submission finishes, and ``out/grades.csv`` and ``out/summary.md`` for the class. A
+    submission finishes, and ``out/grades.csv`` and ``out/summary.md`` for the class, and at
+    the end ``out/summary.html`` (:mod:`report`); with ``lms`` ("canvas" or "moodle") also
+    ``out/grades-<lms>.csv``, that LMS's import format (``lms_assignment``: the column title). A
     submission whose content and grading set-up are unchanged since its results were written is
     skipped unless ``force``. ``hide`` names more paths the workers must not see (the grader
     always hides coursekit, its project, the submissions, ``out`` and the extra cases).
@@ -290,6 +298,9 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
     """
     started = time.monotonic()
     limits = limits or Limits()
+    if lms is not None and lms not in report.LMS:
+        raise ValueError(f"--lms must be one of {', '.join(report.LMS)}, not {lms!r}")
+    write_class = functools.partial(report.write_class, lms=lms, assignment=lms_assignment)
     paths, out = [Path(p) for p in paths], Path(out)
     out.mkdir(parents=True, exist_ok=True)
     extra = Path(extra_cases) if extra_cases else None
@@ -366,7 +377,7 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
             with lock:
                 records[sub.id] = record
                 done[0] += 1
-                report.write_class(out, list(records.values()), ctx.isolation)
+                write_class(out, list(records.values()), ctx.isolation, html=False)
                 elapsed = time.monotonic() - graded_start
                 eta = elapsed / done[0] * (len(todo) - done[0])
                 say(f"[{done[0]:>{len(str(len(todo)))}}/{len(todo)}] {clean(sub.id, 60):<30} "
@@ -382,15 +393,15 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
         except BaseException:  # Ctrl-C (or a grader bug): stop the workers, keep what is done
             ctx.stop()
             pool.shutdown(wait=True, cancel_futures=True)
-            if records:
-                report.write_class(out, list(records.values()), ctx.isolation)
+            if records:  # quickly: summary.html (matplotlib) waits for the next run
+                write_class(out, list(records.values()), ctx.isolation, html=False)
             say(f"stopped: {len(records) - skipped} of {len(todo)} graded; run the same command "
                 "again to grade the rest")
             raise
         pool.shutdown()
         ordered = [records[s.id] for s in submissions if s.id in records]
-        summary = report.write_class(out, ordered, ctx.isolation,
-                                     seconds=time.monotonic() - started, jobs=jobs)
+        summary = write_class(out, ordered, ctx.isolation,
+                              seconds=time.monotonic() - started, jobs=jobs)
         say(summary)
         return BatchResult(ordered, len(todo), skipped, time.monotonic() - started,
                            ctx.isolation, summary, sorted(ctx.workers))

@@ -184,7 +184,8 @@ def _walk(root: Path, exclude: list[Path], is_submission: Callable[[bytes], bool
     return found
 
 
-RESERVED = {"grades.csv", "summary.md"}  # the class files in the results folder
+RESERVED = {"grades.csv", "summary.md", "summary.html", "grades-canvas.csv",
+            "grades-moodle.csv"}  # the class files in the results folder
 
 
 def _unique(found: list[Submission]) -> list[Submission]:
