@@ -42,6 +42,7 @@ from coursekit.grading.cells import provided_names
 from coursekit.grading.registry import all_suites
 from coursekit.grading.session import UID_BASE, Context, Session
 from coursekit.grading.submissions import (
+    PARSING,
     Submission,
     SubmissionError,
     chapter_from_filename,
@@ -224,7 +225,8 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         result.notes.append("Use --chapter NN to grade it as a given chapter.")
         return result
     result.notes += parsed.notes
-    result.concepts, concept_notes = concepts.grade_sources([c.source for c in parsed.cells])
+    with PARSING:  # CPython 3.11's ast is not safe across threads (the workers' threads parse)
+        result.concepts, concept_notes = concepts.grade_sources([c.source for c in parsed.cells])
     result.notes += concept_notes
     codes, missing = plan(parsed, [(s.exercise, s.name) for s in suites])
     if _has_no_exercises(ctx, chapter) and len(missing) == len(suites):
