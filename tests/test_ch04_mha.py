@@ -260,26 +260,3 @@ def test_tiny_transformer_encoder_sees_both_directions_and_ignores_padding():
     other = ids.clone()
     other[0, 4:] = 3
     torch.testing.assert_close(model(other, key_mask=key_mask)[0][:, :4], logits[:, :4], **TOL)
-
-
-# ----------------------------------------------------------------------------- notation
-
-
-def test_chapter_math_follows_the_notation_page():
-    """book/notation.md: W^Q (not W_Q), and bold matrices Q, K, V, X, A in the chapter's math."""
-    import json
-    import re
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "solutions/04_multi_head_attention.ipynb"
-    cells = json.loads(path.read_text())["cells"]
-    prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    prose = re.sub(r"`[^`]*`", "", prose)                              # code spans name code
-    math = re.findall(r"\$\$.*?\$\$|\$[^$\n]*?\$", prose, re.S)
-    assert len(math) > 50
-    bad = []
-    for m in math:
-        plain = re.sub(r"\\(boldsymbol|mathbb|mathrm|operatorname|text)\{[^{}]*\}", "", m)
-        if re.search(r"W_[QKVO]\b", m) or re.search(r"(?<![\\A-Za-z_^])[QKVXA](?![a-z])", plain):
-            bad.append(m)
-    assert not bad, f"not in the book's notation: {bad[:5]}"

@@ -59,3 +59,21 @@ def test_every_formula_follows_the_notation_page(path):
                 if (m := pattern.search(formula))]
     assert not problems, f"{path.name} leaves book/notation.md in {len(problems)} places:\n" + \
         "\n".join(problems)
+
+
+# Chapters 3 and 4 write every query, key, value, input and weight matrix in bold; a bare Q, K,
+# V, X or A in their math is a matrix left plain (the rest of the book also uses these letters
+# for other things, e.g. LoRA's A, so the rule is theirs).
+BOLD_CHAPTERS = ["03_self_attention", "04_multi_head_attention"]
+UPRIGHT = re.compile(r"\\(boldsymbol|mathbb|mathrm|operatorname|text)\{[^{}]*\}")
+PLAIN_MATRIX = re.compile(r"(?<![\\A-Za-z_^])[QKVXA](?![a-z])")
+
+
+@pytest.mark.parametrize("stem", BOLD_CHAPTERS)
+def test_chapters_3_and_4_write_their_matrices_in_bold(stem):
+    found = list(formulas(ROOT / "solutions" / f"{stem}.ipynb"))
+    assert len(found) > 50
+    bad = [f"cell {i}: ${f.strip()[:80]}$" for i, f in found if PLAIN_MATRIX.search(UPRIGHT.sub("", f))]
+    assert not bad, f"{stem}: matrices not in bold:\n" + "\n".join(bad[:10])
+    assert PLAIN_MATRIX.search(UPRIGHT.sub("", r"\operatorname{softmax}(Q K^\top)"))
+    assert not PLAIN_MATRIX.search(UPRIGHT.sub("", r"\boldsymbol{Q}\boldsymbol{K}^\top"))
