@@ -281,6 +281,14 @@ D = [
         "masked_fill(~mask,",
         "masked_fill(~mask.view(-1, *scores.shape[-2:]).expand(scores.shape[0], -1, -1),"),
         expect=("broadcasts", "every leading axis"), kind="mask"),
+    # The reference itself, imported inside the cell: refused in the worker and by check() alike.
+    bug("scaled_dot_product_attention", "imports coursekit at the top of the cell",
+        "from coursekit.attention import scaled_dot_product_attention as reference\n\n\n" + SDPA +
+        "    return reference(q, k, v, mask)\n", expect="without coursekit", kind="namespace"),
+    bug("scaled_dot_product_attention", "imports coursekit inside the function", SDPA +
+        "    from coursekit.attention import masked_softmax as softmax\n"
+        "    weights = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask)\n"
+        "    return weights @ v, weights\n", expect="without coursekit", kind="namespace"),
     alt("scaled_dot_product_attention", "masked_softmax from the set-up", SDPA +
         "    weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask)\n"
         "    return weights @ v, weights\n", kind="namespace"),

@@ -315,10 +315,13 @@ def test_every_chapter_asks_its_concept_checks_in_both_editions(chapter):
         for path in sorted((ROOT / edition).glob(f"{chapter}*.ipynb")):
             cells = _concept_cells(path)
             assert len(cells) <= 1, f"{path.name}: more than one cell tagged 'concepts'"
+            here = list(read_answers(cells[0].source)) if cells else []
             if cells:
                 answers = read_answers(cells[0].source)
                 assert all(v is None for v in answers.values()), f"{path.name}: answers not empty"
                 asked += list(answers)
+            # what the grader asks of this notebook with --concept-points
+            assert concepts.asked_in(path.name.split("_")[0]) == here, path.name
         assert asked == wanted, f"{edition}: chapter {chapter} asks {asked}, the bank has {wanted}"
 
 
@@ -395,3 +398,56 @@ def test_the_batch_grader_records_concept_checks_ungraded(tmp_path):
     assert "Concept checks (ungraded): 1 of 3 right, 2 answered" in feedback
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "| 04.C1 | 2 of 2 | 1 | `(2, 7, 7)` (1) |" in summary, summary  # carol: unread
+
+
+def test_concept_points_grade_the_questions_each_notebook_asks(tmp_path):
+    """--concept-points P: every question the notebook asks is worth P (all or nothing), a
+    missing or unreadable answer earns 0, and the points reach every output."""
+    import csv
+
+    from coursekit.grading.batch import grade
+    from coursekit.grading.worker_pool import Limits
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    path = ROOT / "notebooks" / "04_multi_head_attention.ipynb"
+    student = nbformat.read(path, as_version=4)
+    [cell] = _concept_cells(path)
+    index = next(i for i, c in enumerate(student.cells) if c.source == cell.source)
+    for name, first in [("alice", "(2, 7, 7)"), ("bob", "(2, 4, 7, 7)"), ("carol", 'open("x")')]:
+        student.cells[index].source = ('from coursekit.concepts import check_concepts\n'
+                                       f'answers = {{"04.C1": {first}, "04.C2": 4 * 32 * 32 + 4 * 32, '
+                                       '"04.C3": None}\ncheck_concepts(answers)\n')
+        nbformat.write(student, subs / f"04_{name}.ipynb")
+    bert = nbformat.read(ROOT / "notebooks" / "07b_bert.ipynb", as_version=4)
+    [cell] = [c for c in bert.cells if concepts.CONCEPTS_TAG in c.metadata.get("tags", [])]
+    cell.source = cell.source.replace('"07.C3": None', f'"07.C3": {QUESTIONS["07.C3"].answer!r}')
+    nbformat.write(bert, subs / "07b_dave.ipynb")
+    assert concepts.asked_in("07b") == ["07.C3"] and concepts.asked_in("07c") == []
+    assert concepts.asked_in("04") == ["04.C1", "04.C2", "04.C3"]
+
+    batch = grade([subs], tmp_path / "out", jobs=1, stream=None, limits=Limits(timeout=60),
+                  concept_points=2)
+    records = {r["extra_data"]["coursekit"]["submission"]: r for r in batch.records}
+    exercises = {k: sum(e["max_score"] for e in r["extra_data"]["coursekit"]["exercises"].values())
+                 for k, r in records.items()}
+    # the student edition's exercises earn 0: the scores are the concept checks alone
+    for who, right, asked in [("04_alice", 1, 3), ("04_bob", 2, 3), ("04_carol", 0, 3),
+                              ("07b_dave", 1, 1)]:
+        r = records[who]
+        assert (r["score"], r["max_score"]) == (2 * right, exercises[who] + 2 * asked), who
+        concept_tests = [t for t in r["tests"] if t["name"].startswith("concept check")]
+        assert len(concept_tests) == asked and sum(t["score"] for t in concept_tests) == 2 * right
+        assert sum(t["score"] for t in r["tests"]) == r["score"]
+    carol = records["04_carol"]["extra_data"]["coursekit"]["concepts"]
+    assert [c["id"] for c in carol] == ["04.C1", "04.C2", "04.C3"]
+    assert all(c["earned"] == 0 and c["message"].startswith("not answered") for c in carol)
+    feedback = (tmp_path / "out" / "04_alice" / "feedback.md").read_text()
+    assert "Concept checks (2 / 6 points): 1 of 3 right, 2 answered" in feedback
+    rows = {row["submission"]: row for row in
+            csv.DictReader((tmp_path / "out" / "grades.csv").open())}
+    assert rows["04_bob"]["concept checks"] == "4.0" and rows["07b_dave"]["concept checks"] == "2.0"
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Concept checks (graded, 2 point(s) each)" in summary
+    with pytest.raises(ValueError, match="concept-points"):
+        grade([subs], tmp_path / "out2", jobs=1, stream=None, concept_points=-1)

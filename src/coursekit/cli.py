@@ -45,7 +45,8 @@ def _grade(args: argparse.Namespace) -> int:
 
         try:
             path = build_autograder(Path(args.gradescope), chapter=args.chapter,
-                                    extra_cases=args.extra_cases, limits=limits)
+                                    extra_cases=args.extra_cases, limits=limits,
+                                    concept_points=args.concept_points)
         except (ValueError, OSError) as err:
             print(f"coursekit grade: {err}", file=sys.stderr)
             return 2
@@ -60,7 +61,7 @@ def _grade(args: argparse.Namespace) -> int:
         result = grade(args.paths, args.out, jobs=args.jobs, limits=limits, force=args.force,
                        extra_cases=args.extra_cases, chapter=args.chapter,
                        stream=None if args.quiet else sys.stderr, lms=args.lms,
-                       lms_assignment=args.lms_assignment)
+                       lms_assignment=args.lms_assignment, concept_points=args.concept_points)
     except (HarnessError, ValueError, OSError) as err:
         print(f"coursekit grade: {err}", file=sys.stderr)
         return 2
@@ -136,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra-cases", metavar="DIR",
                    help="instructor folder of hidden cases (*.py files defining CASES)")
     p.add_argument("--chapter", help="grade every submission as this chapter (e.g. 01)")
+    p.add_argument("--concept-points", type=float, default=0.0, metavar="P",
+                   help="grade the concept checks each notebook asks, P points each (all or "
+                        "nothing), on top of the exercises (default 0: recorded, ungraded)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--lms", choices=["canvas", "moodle"],
                    help="also write grades-<lms>.csv in that LMS's gradebook import format; "

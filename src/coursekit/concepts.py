@@ -292,6 +292,26 @@ def chapter_questions(chapter: str) -> list[Question]:
                   key=lambda q: int(q.id.split(".C")[1]))
 
 
+# Where a split chapter asks its questions (tests/test_concepts.py reads the notebooks to check
+# it). A notebook key not listed here asks none (02b, 06b, 07c); a chapter key ("04", or "07"
+# for a whole split chapter) asks all of its chapter's questions.
+NOTEBOOK_QUESTIONS = {
+    "02a": ("02.C1", "02.C2", "02.C3"), "06a": ("06.C1", "06.C2", "06.C3"),
+    "07a": ("07.C1", "07.C2"), "07b": ("07.C3",),
+    "08a": ("08.C1",), "08b": ("08.C2", "08.C3"),
+    "09a": ("09.C1", "09.C2"), "09b": ("09.C3",),
+}
+
+
+def asked_in(key: str | None) -> list[str]:
+    """The ids of the questions a submission graded as ``key`` ("04", "07b", "02") is asked."""
+    if not key:
+        return []
+    if len(key) > 2:
+        return list(NOTEBOOK_QUESTIONS.get(key, ()))
+    return [q.id for q in chapter_questions(key)]
+
+
 def question(qid: str) -> Question:
     try:
         return QUESTIONS[qid]
@@ -463,12 +483,15 @@ def check_concepts(answers: dict[str, Any]) -> ConceptChecks:
 
 # -- the batch grader's view ---------------------------------------------------------------------
 
-def grade_sources(sources: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def grade_sources(sources: list[str], asked: list[str] | None = None,
+                  points: float = 0.0) -> tuple[list[dict[str, Any]], list[str]]:
     """The verdicts of every concept-check cell among a submission's code cells (found by its
     ``answers = {...}`` and ``check_concepts(answers)``), read without running anything.
 
     -> (rows, notes): one row per question, ``{"id", "given", "right", "message"}`` (``right`` is
-    None when unanswered), and a note for each cell that could not be read.
+    None when unanswered), and a note for each cell that could not be read. With ``points`` > 0
+    the questions ``asked`` are graded: each has one row (the last answer given, or "not
+    answered" when the submission lacks it) with ``"points"`` and ``"earned"`` (all or nothing).
     """
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -489,4 +512,14 @@ def grade_sources(sources: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
             right, message = q.verdict(given)
             rows.append({"id": q.id, "given": None if given is None else repr(given),
                          "right": right, "message": message})
-    return rows, notes
+    if points <= 0 or asked is None:
+        return rows, notes
+    last = {row["id"]: row for row in rows}
+    graded = []
+    for qid in asked:
+        row = last.get(qid) or {"id": qid, "given": None, "right": None,
+                                "message": "not answered: the question is not in the "
+                                           "submission's concept-check cell"}
+        graded.append({**row, "points": float(points),
+                       "earned": float(points) if row["right"] else 0.0})
+    return graded + [row for row in rows if row["id"] not in set(asked)], notes

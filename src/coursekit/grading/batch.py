@@ -25,6 +25,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import socket
 import sys
@@ -51,17 +52,10 @@ from coursekit.grading.submissions import (
     parse,
     plan,
 )
-from coursekit.grading.suite import Case, CaseResult, Suite, SuiteResult, grade_outputs
+from coursekit.grading.suite import Case, Suite, grade_outputs, not_run
 from coursekit.grading.worker_pool import HarnessError, Limits, Output, WorkerLost, Zygote, clean
 
 __all__ = ["BatchResult", "HarnessError", "Limits", "grade", "grade_submission"]
-
-
-def _failed(suite: Suite, message: str) -> SuiteResult:
-    """Every case of an exercise that could not run at all (no hint: the message says why)."""
-    cases = [CaseResult(c.name, suite.case_points(i), 0.0, message)
-             for i, c in enumerate(suite.cases)]
-    return SuiteResult(suite, cases, "failed")
 
 
 # ----------------------------------------------------------------------------- the batch
@@ -99,8 +93,10 @@ def load_extra_cases(folder: Path, suites: dict[str, Suite]) -> tuple[dict[str, 
     return merged, hidden
 
 
-def fingerprint(suites: dict[str, Suite], limits: Limits, extra: Path | None) -> str:
-    """What a grade depends on besides the submission: grader code, suites, cases, limits."""
+def fingerprint(suites: dict[str, Suite], limits: Limits, extra: Path | None,
+                concept_points: float = 0.0) -> str:
+    """What a grade depends on besides the submission: grader code, suites, cases, limits, the
+    concept checks' points."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
     for path in sorted([*here.glob("*.py"), *here.glob("suites/*.py"),
@@ -110,6 +106,8 @@ def fingerprint(suites: dict[str, Suite], limits: Limits, extra: Path | None) ->
         digest.update(repr((suite.exercise, suite.name, suite.points, suite.atol, suite.rtol,
                             [(c.name, c.points) for c in suite.cases])).encode())
     digest.update(json.dumps(dataclasses.asdict(limits), sort_keys=True).encode())
+    if concept_points:
+        digest.update(f"concept points {concept_points!r}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -217,7 +215,7 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         isolation=ctx.isolation)
     if problem is not None:
         result.problem = problem
-        result.exercises = [_failed(s, f"not graded: {problem}") for s in suites]
+        result.exercises = [not_run(s, f"not graded: {problem}") for s in suites]
         result.seconds = time.monotonic() - start
         return result
     if not suites:
@@ -226,7 +224,8 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         return result
     result.notes += parsed.notes
     with PARSING:  # CPython 3.11's ast is not safe across threads (the workers' threads parse)
-        result.concepts, concept_notes = concepts.grade_sources([c.source for c in parsed.cells])
+        result.concepts, concept_notes = concepts.grade_sources(
+            [c.source for c in parsed.cells], concepts.asked_in(chapter), ctx.concept_points)
     result.notes += concept_notes
     codes, missing = plan(parsed, [(s.exercise, s.name) for s in suites])
     if _has_no_exercises(ctx, chapter) and len(missing) == len(suites):
@@ -244,16 +243,16 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         session.load(sorted(codes.items(), key=lambda item: item[1].cell))
         for suite in suites:
             if suite.name in missing:
-                result.exercises.append(_failed(suite, "not run: " + missing[suite.name]))
+                result.exercises.append(not_run(suite, "not run: " + missing[suite.name]))
             elif suite.name in session.load_errors:
-                result.exercises.append(_failed(suite, session.load_errors[suite.name]))
+                result.exercises.append(not_run(suite, session.load_errors[suite.name]))
             else:
                 result.exercises.append(grade_outputs(suite, session.run_cases(suite),
                                                       ctx.hidden.get(suite.name, set())))
     except HarnessError as err:
         session.harness_errors.append(str(err))
         done = {r.suite.name for r in result.exercises}
-        result.exercises += [_failed(s, f"grader error: {err}") for s in suites
+        result.exercises += [not_run(s, f"grader error: {err}") for s in suites
                              if s.name not in done]
     finally:
         session.close()
@@ -286,7 +285,7 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
           chapter: str | None = None, suites: dict[str, Suite] | None = None,
           stream: TextIO | None = sys.stderr, hide: Iterable[Path | str] = (),
           namespaces: bool = True, seccomp: bool = True, lms: str | None = None,
-          lms_assignment: str | None = None) -> BatchResult:
+          lms_assignment: str | None = None, concept_points: float = 0.0) -> BatchResult:
     """Grade every submission under ``paths`` into ``out`` (see the module docstring).
 
     Writes ``out/<id>/results.json`` (Gradescope format) and ``out/<id>/feedback.md`` as each
@@ -297,6 +296,8 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
     skipped unless ``force``. ``hide`` names more paths the workers must not see (the grader
     always hides coursekit, its project, the submissions, ``out`` and the extra cases).
     ``namespaces`` and ``seccomp`` switch those sandbox layers off (to test the fallbacks).
+    ``concept_points`` > 0 grades the concept checks the submission's notebook asks, that many
+    points each (all or nothing), on top of the exercises; 0 records them ungraded.
     """
     started = time.monotonic()
     limits = limits or Limits()
@@ -312,7 +313,10 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
         suites, hidden = load_extra_cases(extra, suites)
     jobs = max(1, jobs or os.cpu_count() or 1)
     secret = sorted({*hidden_paths(paths, out, extra), *(str(Path(p).resolve()) for p in hide)})
-    ctx = Context(suites, hidden, limits, None, fingerprint(suites, limits, extra))
+    if not (math.isfinite(concept_points) and concept_points >= 0):
+        raise ValueError(f"--concept-points must be a number >= 0, not {concept_points!r}")
+    ctx = Context(suites, hidden, limits, None,
+                  fingerprint(suites, limits, extra, concept_points), concept_points=concept_points)
     say = (lambda text: print(text, file=stream, flush=True)) if stream else (lambda text: None)
     try:
         submissions = discover(paths, exclude=[out],

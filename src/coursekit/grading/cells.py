@@ -17,10 +17,12 @@ namespace the same way. A helper an exercise needs belongs inside its exercise c
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Iterable
 from typing import Any
 
+from coursekit.grading.protocol import blocked_import
 from coursekit.grading.submissions import PARSING
 
 PRELUDE = (
@@ -52,10 +54,20 @@ def provided_names(sources: Iterable[str], exercises: Iterable[str]) -> dict[str
     return found
 
 
+def _withheld_import(name, globals=None, locals=None, fromlist=(), level=0):
+    """``__import__`` for an exercise cell run in this process: coursekit is loaded here, but the
+    batch grader's worker cannot import it, so the cell may not either (the same error)."""
+    error = blocked_import(name) if level == 0 else None
+    if error is not None:
+        raise error
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
 def exercise_globals(provided: dict[str, str], suites: dict) -> dict[str, Any]:
     """A fresh namespace for one exercise cell (in this process): the prelude and the provided
-    exercises, bound to their ``solution``."""
-    namespace: dict[str, Any] = {"__name__": "__submission__"}
+    exercises, bound to their ``solution``; importing coursekit fails there as in the worker."""
+    namespace: dict[str, Any] = {"__name__": "__submission__",
+                                 "__builtins__": {**vars(builtins), "__import__": _withheld_import}}
     exec(PRELUDE, namespace)
     for local, name in provided.items():
         if name in suites:

@@ -9,7 +9,7 @@ from typing import Any
 
 from coursekit.grading.cells import load_exercise, provided_names
 from coursekit.grading.registry import all_suites, get_suite
-from coursekit.grading.suite import CaseResult, Suite, SuiteResult, run_suite
+from coursekit.grading.suite import Suite, SuiteResult, not_run, run_suite
 
 
 def _points(x: float) -> str:
@@ -75,18 +75,12 @@ def notebook_provided(fn: Any) -> dict[str, str]:
     return provided_names([c for c in cells if isinstance(c, str)], all_suites())
 
 
-def _not_run(suite: Suite, message: str) -> SuiteResult:
-    cases = [CaseResult(c.name, suite.case_points(i), 0.0, message)
-             for i, c in enumerate(suite.cases)]
-    return SuiteResult(suite, cases, "failed")
-
-
 def grade_source(suite: Suite, source: str, provided: dict[str, str] | None = None) -> SuiteResult:
     """Grade an exercise cell's source in this process, exactly as ``coursekit grade`` runs it:
     the cell alone, in the namespace :mod:`coursekit.grading.cells` describes."""
     found, error = load_exercise(suite, source, provided or {}, all_suites())
     if error:
-        return _not_run(suite, error)
+        return not_run(suite, error)
     return run_suite(suite, found)
 
 

@@ -70,7 +70,7 @@ def _version(package: str) -> str:
 
 
 def build_autograder(path: Path, chapter: str | None, extra_cases: str | Path | None = None,
-                     limits: Limits | None = None) -> Path:
+                     limits: Limits | None = None, concept_points: float = 0.0) -> Path:
     """Write the autograder zip: set-up and run scripts, coursekit's source, the chapter,
     the limits and any extra hidden cases."""
     import coursekit
@@ -96,7 +96,8 @@ def build_autograder(path: Path, chapter: str | None, extra_cases: str | Path | 
                                      nbformat=_version("nbformat")), executable=True)
         add("run_autograder", RUN, executable=True)
         add("config.json", json.dumps({"chapter": chapter,
-                                       "limits": dataclasses.asdict(limits or Limits())},
+                                       "limits": dataclasses.asdict(limits or Limits()),
+                                       "concept_points": concept_points},
                                       indent=1))
         add("coursekit/pyproject.toml", PYPROJECT.format(version=coursekit.__version__,
                                                          dependencies=json.dumps(dependencies)))
@@ -130,7 +131,8 @@ def run(root: Path = ROOT) -> int:
     with tempfile.TemporaryDirectory(prefix="coursekit-gradescope-") as out:
         batch = grade([submission], out, jobs=1, limits=Limits(**config["limits"]),
                       chapter=config["chapter"], extra_cases=extra if extra.is_dir() else None,
-                      stream=sys.stderr, hide=[source, results])
+                      stream=sys.stderr, hide=[source, results],
+                      concept_points=float(config.get("concept_points", 0.0)))
     records = batch.records
     if records:
         best = max(records, key=lambda r: (r["score"], -len(r["extra_data"]["coursekit"]

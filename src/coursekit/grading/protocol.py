@@ -41,6 +41,20 @@ from typing import Any
 
 import torch
 
+BLOCKED = "coursekit"
+
+
+def blocked_import(name: str) -> ModuleNotFoundError | None:
+    """The error an exercise gets for importing coursekit, in the worker (where the package is
+    unreachable) and in ``check()`` (where it is loaded but withheld from the exercise's cell), so
+    that both give the same verdict; None for any other module."""
+    if name == BLOCKED or name.startswith(BLOCKED + "."):
+        return ModuleNotFoundError(
+            f"No module named {name!r} (the grader runs your code without coursekit: "
+            "an exercise must compute its answer itself)", name=name)
+    return None
+
+
 MAX_FRAME = 64 << 20  # bytes; a grading case moves kilobytes
 MAX_HEADER = 1 << 20  # bytes of JSON: what the grader will parse (tensor data are blobs)
 MAX_DEPTH = 16

@@ -74,18 +74,21 @@ class SubmissionResult:
     harness_errors: list[str] = field(default_factory=list)
     output: str = ""  # the start of what the student's code printed
     sources: dict[str, str] = field(default_factory=dict)  # exercise name -> the code graded
-    # the concept checks answered in the notebook, ungraded: coursekit.concepts.grade_sources
+    # the concept checks answered in the notebook (coursekit.concepts.grade_sources): ungraded,
+    # or each asked question worth "points" when the instructor gives them (--concept-points)
     concepts: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     worker_peak_mib: float = 0.0  # peak resident memory of its workers (shared pages included)
 
     @property
     def score(self) -> float:
-        return round(sum(r.earned for r in self.exercises), PRECISION)
+        return round(sum(r.earned for r in self.exercises)
+                     + sum(c.get("earned", 0.0) for c in self.concepts), PRECISION)
 
     @property
     def max_score(self) -> float:
-        return round(sum(r.points for r in self.exercises), PRECISION)
+        return round(sum(r.points for r in self.exercises)
+                     + sum(c.get("points", 0.0) for c in self.concepts), PRECISION)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -196,6 +199,17 @@ def results_json(result: SubmissionResult) -> dict:
                 "output": _case_output(r, i),
                 "visibility": "after_published" if i in hidden else "visible",
             })
+    for c in result.concepts:
+        if "points" in c:
+            tests.append({
+                "name": f"concept check {c['id']}",
+                "number": c["id"],
+                "score": c["earned"],
+                "max_score": c["points"],
+                "status": "passed" if c["right"] else "failed",
+                "output": f"{ {True: '✓', False: '✗', None: '·'}[c['right']]} {c['message']}",
+                "visibility": "visible",
+            })
     problems = ([f"unreadable: {result.problem}"] if result.problem else []) + [
         {"timeout": "timed out", "crash": "crashed the worker", "output": "printed too much",
          "protocol": "sent malformed messages"}.get(e, e) for e in result.events]
@@ -248,7 +262,10 @@ def feedback_text(result: SubmissionResult, markdown: bool = True) -> str:
     if result.concepts:
         right = sum(1 for c in result.concepts if c["right"])
         answered = sum(1 for c in result.concepts if c["right"] is not None)
-        lines += [f"## Concept checks (ungraded): {right} of {len(result.concepts)} right, "
+        graded = [c for c in result.concepts if "points" in c]
+        status = (f"{points(sum(c['earned'] for c in graded))} / "
+                  f"{points(sum(c['points'] for c in graded))} points" if graded else "ungraded")
+        lines += [f"## Concept checks ({status}): {right} of {len(result.concepts)} right, "
                   f"{answered} answered", "",
                   fence("\n".join(f"{ {True: '✓', False: '✗', None: '·'}[c['right']]} {c['id']}: "
                                   f"{c['message']}" for c in result.concepts)), ""]
@@ -290,17 +307,28 @@ def meta(record: dict) -> dict:
 # ----------------------------------------------------------------------------- the class
 
 
+def concept_status(records: list[dict]) -> str:
+    """"ungraded", or the points each concept check was worth in this batch."""
+    each = sorted({c["points"] for r in records for c in meta(r).get("concepts", [])
+                   if "points" in c})
+    return f"graded, {' or '.join(map(points, each))} point(s) each" if each else "ungraded"
+
+
 def class_csv(records: list[dict]) -> str:
     exercises = sorted({(k, v["name"]) for r in records for k, v in meta(r)["exercises"].items()})
     buffer = io.StringIO()
     writer = csv.writer(buffer)
+    graded = concept_status(records) != "ungraded"
     writer.writerow(["submission", "file", "chapter", "score", "max_score",
-                     *(f"{k} {name}" for k, name in exercises), "problems", "sha256"])
+                     *(f"{k} {name}" for k, name in exercises),
+                     *(["concept checks"] if graded else []), "problems", "sha256"])
     for r in records:
         m = meta(r)
+        concept_score = round(sum(c.get("earned", 0.0) for c in m.get("concepts", [])), PRECISION)
         writer.writerow([_csv_cell(v) for v in [
             m["submission"], m["origin"], m["chapter"] or "", r["score"], r["max_score"],
             *(m["exercises"].get(k, {}).get("score", "") for k, _ in exercises),
+            *([concept_score] if graded else []),
             one_line("; ".join(m["problems"])), m["sha256"] or ""]])
     return buffer.getvalue()
 
@@ -458,7 +486,7 @@ def summary_text(records: list[dict], isolation: dict | None, seconds: float | N
         for c in meta(r).get("concepts", []):
             asked.setdefault(c["id"], []).append(c)
     if asked:
-        lines += ["## Concept checks (ungraded)", "",
+        lines += [f"## Concept checks ({concept_status(records)})", "",
                   "| question | answered | right | most common wrong answer |", "|---|---:|---:|---|"]
         for qid in sorted(asked):
             rows = asked[qid]

@@ -88,13 +88,16 @@ def recv_json(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[
 
 
 class _Blocker:
-    """A meta-path finder that refuses coursekit (the file system hides it as well)."""
+    """A meta-path finder that refuses coursekit (the file system hides it as well), with the
+    error ``check()`` gives for the same import (:func:`protocol.blocked_import`)."""
+
+    def __init__(self) -> None:
+        self.blocked_import = _sibling("protocol").blocked_import
 
     def find_spec(self, name, path=None, target=None):
-        if name == BLOCKED or name.startswith(BLOCKED + "."):
-            raise ModuleNotFoundError(
-                f"No module named {name!r} (the grader runs your code without coursekit: "
-                "an exercise must compute its answer itself)", name=name)
+        error = self.blocked_import(name)
+        if error is not None:
+            raise error
         return None
 
 

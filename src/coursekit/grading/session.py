@@ -151,6 +151,7 @@ class Context:
     zygote: Zygote | None
     fingerprint: str
     isolation: dict | None = None
+    concept_points: float = 0.0  # points per concept check asked (0: recorded, ungraded)
     stopping: bool = False  # set on Ctrl-C: live workers are killed, no more steps start
     live: set = dataclasses.field(default_factory=set)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)

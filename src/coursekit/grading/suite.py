@@ -406,6 +406,22 @@ def sentence(text: str) -> str:
     return text + ("" if text.endswith(("?", "!", "…")) else ".") if text else ""
 
 
+WITHOUT_COURSEKIT = (
+    "The grader runs exercise cells without coursekit, which holds the book's own solutions "
+    "(in check() as in coursekit grade): write the computation in the cell. What the chapter's "
+    "set-up cell imports from coursekit, and the earlier exercises, are provided under their "
+    "names without an import.")
+
+
+def not_run(suite: Suite, message: str) -> SuiteResult:
+    """Every case of an exercise that could not run at all: the message says why, and the hint
+    what to do when the reason is clear from it (an import of coursekit)."""
+    cases = [CaseResult(c.name, suite.case_points(i), 0.0, message)
+             for i, c in enumerate(suite.cases)]
+    hint = WITHOUT_COURSEKIT if "without coursekit" in message else ""
+    return SuiteResult(suite, cases, "failed", hint)
+
+
 def describe_exception(err: BaseException) -> str:
     lines = [one_line(line) for line in str(err).splitlines()]
     lines = [line for line in lines if line]
@@ -746,6 +762,8 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
             advice = ("The grader calls your code with inputs that require gradients, as "
                       "training does, and back-propagates through it: keep the computation in "
                       "torch operations (no .numpy(), no .item()), so that gradients flow.")
+        elif "without coursekit" in raised.message:
+            advice = WITHOUT_COURSEKIT
         elif raised.message.startswith("raised NameError"):
             missing = re.search(r"name '(\w+)' is not defined", raised.message)
             what = f"`{missing.group(1)}`" if missing else "it"
