@@ -255,6 +255,22 @@ def trainable_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def energy_shares(matrix: Tensor) -> Tensor:
+    """Each singular direction's share of the energy ‖M‖_F² = Σ_k σ_k², largest first.
+
+    matrix: (..., m, n) -> (..., min(m, n)): non-negative, summing to 1 over the last axis (all 0
+    for a zero matrix, which has no energy). The singular values are divided by the largest
+    before squaring, so entries of any size give finite shares: unscaled, σ² overflows float32
+    at σ ≈ 1.8e19 and rounds to 0 below σ ≈ 2.6e-23 (0 / 0 = NaN).
+    """
+    s = torch.linalg.svdvals(matrix)                       # (..., min(m, n)), descending
+    top = s[..., :1]
+    s = s / torch.where(top > 0, top, torch.ones_like(top))
+    energy = s * s
+    total = energy.sum(-1, keepdim=True)
+    return energy / torch.where(total > 0, total, torch.ones_like(total))
+
+
 def count_lora_parameters(shapes: Iterable[tuple[int, int]], r: int) -> int:
     """Parameters of rank-r adapters on weight matrices of the given (d_out, d_in) shapes:
     r·(d_in + d_out) each."""

@@ -1,9 +1,11 @@
-"""Chapter 9, notebook 09a — LoRA: ``LoRALinear`` (with merge and unmerge) and ``is_target``.
+"""Chapter 9, notebook 09a — LoRA: ``LoRALinear`` (with merge and unmerge), ``is_target`` and
+``energy_shares`` (the spectrum that tests the low-rank hypothesis).
 
 The authority is Hugging Face ``peft``: its LoRA layer (``peft.tuners.lora.Linear``, the layer
 ``get_peft_model`` puts in place of an ``nn.Linear``) behind the exercise's interface, and its
-rule for ``target_modules`` (``check_target_module_exists``). Weights are drawn with a large spread
-(std 0.5) and α/r ≠ 1, so a missing or inverted scale moves the outputs far past the tolerance.
+rule for ``target_modules`` (``check_target_module_exists``); for the energy shares, NumPy's SVD
+in float64. Weights are drawn with a large spread (std 0.5) and α/r ≠ 1, so a missing or
+inverted scale moves the outputs far past the tolerance.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 import re
 import warnings
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -311,6 +314,88 @@ TARGET_CASES = [
               "only: '^blocks\\.0|head$' accepts every name that starts with 'blocks.0'."),
 ]
 
+# ----------------------------------------------------------------------------- 09.3 energy_shares
+
+
+def numpy_energy_shares(matrix):
+    """The authority: NumPy's SVD (LAPACK) in float64, where σ² of float32 inputs cannot overflow
+    or underflow; the shares are cast back to the input's dtype."""
+    s = np.linalg.svd(matrix.detach().double().numpy(), compute_uv=False)
+    energy = s ** 2
+    total = energy.sum(-1, keepdims=True)
+    return torch.from_numpy(energy / np.where(total > 0, total, 1.0)).to(matrix.dtype)
+
+
+def _matrix_case(*shape, scale=1.0, rank=None, values=None):
+    def make(g):
+        if values is not None:
+            return (torch.tensor(values),)
+        if rank is None:
+            return (scale * torch.randn(*shape, generator=g),)
+        *batch, m, n = shape
+        B = torch.randn(*batch, m, rank, generator=g)
+        A = torch.randn(*batch, rank, n, generator=g)
+        return (scale * (B @ A),)
+
+    return make
+
+
+def _shares_variant(bug):
+    def energy_shares(matrix):
+        if bug == "eigenvalues":
+            s = torch.linalg.eigvals(matrix).abs().sort(descending=True).values
+        else:
+            s = torch.linalg.svdvals(matrix)
+        if bug not in ("squared first", "eigenvalues"):
+            top = s[..., :1]
+            s = s / (top if bug == "zero matrix" else torch.where(top > 0, top, torch.ones_like(top)))
+        energy = s if bug == "sigma" else s * s
+        if bug == "not normalised":
+            return energy
+        total = energy.sum() if bug == "whole batch" else energy.sum(-1, keepdim=True)
+        if bug != "zero matrix":
+            total = torch.where(total > 0, total, torch.ones_like(total))
+        out = energy / total
+        if bug == "ascending":
+            return out.flip(-1)
+        if bug == "cumulative":
+            return out.cumsum(-1)
+        return out
+
+    return energy_shares
+
+
+SHARES_CASES = [
+    Case("diag(3, 4, 0): shares 16/25, 9/25, 0", _matrix_case(values=[[3.0, 0, 0], [0, 4.0, 0],
+                                                                       [0, 0, 0]]),
+         hint="The energy is Σ σ_k² = 9 + 16 + 0 = 25; the shares, largest first, are 16/25, "
+              "9/25 and 0."),
+    Case("a Gaussian 8 × 8", _matrix_case(8, 8)),
+    Case("wide 6 × 10: min(m, n) = 6 shares", _matrix_case(6, 10),
+         hint="A (m, n) matrix has min(m, n) singular values: torch.linalg.svdvals(matrix) "
+              "gives them, largest first."),
+    Case("tall 10 × 4", _matrix_case(10, 4)),
+    Case("not symmetric: [[1, 3], [0, 1]]", _matrix_case(values=[[1.0, 3.0], [0.0, 1.0]]),
+         hint="The energy is spread over the singular values, not the eigenvalues: "
+              "[[1, 3], [0, 1]] has both eigenvalues 1 but singular values 3.30 and 0.30."),
+    Case("rank 2, 16 × 16: two shares hold it all", _matrix_case(16, 16, rank=2)),
+    Case("a batch (2, 3, 5, 4): shares per matrix", _matrix_case(2, 3, 5, 4),
+         hint="matrix may hold a batch (..., m, n): normalise each matrix's shares over the last "
+              "axis, sum(-1, keepdim=True), not over the whole tensor."),
+    Case("a zero matrix: no energy, shares 0", _matrix_case(values=[[0.0, 0.0], [0.0, 0.0],
+                                                                     [0.0, 0.0]]),
+         hint="A zero matrix has no energy: return zeros (divide only where the total is "
+              "positive), not 0 / 0 = NaN."),
+    Case("entries of size 1e25: σ² overflows float32", _matrix_case(6, 6, scale=1e25),
+         hint="With entries of size 1e25, σ_k² exceeds float32's largest number (3.4e38) and "
+              "becomes inf, and inf / inf is NaN. Divide the singular values by the largest "
+              "before squaring: the shares do not change."),
+    Case("entries of size 1e-25: σ² underflows to 0", _matrix_case(6, 6, scale=1e-25),
+         hint="With entries of size 1e-25, σ_k² is below float32's smallest number and rounds "
+              "to 0. Divide the singular values by the largest before squaring: the shares do "
+              "not change."),
+]
+
 SUITES = [
     Suite(
         exercise="09.1",
@@ -383,3 +468,44 @@ SUITES = [
         ],
     ),
 ]
+
+SUITES.append(Suite(
+    exercise="09.3",
+    name="energy_shares",
+    points=2,
+    reference=numpy_energy_shares,
+    solution=lora.energy_shares,
+    arg_names=("matrix",),
+    cases=SHARES_CASES,
+    hint="σ = torch.linalg.svdvals(matrix) (largest first), divided by σ[..., :1] where it is "
+         "positive; the shares are σ² / Σ σ² over the last axis, 0 where the sum is 0.",
+    mutants=[
+        Mutant("σ, not σ²", _shares_variant("sigma"),
+               "Your shares are σ_k / Σ σ: the energy is the sum of the squares, ‖M‖_F² = "
+               "Σ σ_k², so each share is σ_k² / Σ σ²."),
+        Mutant("not normalised", _shares_variant("not normalised"),
+               "Your values do not sum to 1: divide the energies σ_k² by their sum over the last "
+               "axis."),
+        Mutant("ascending", _shares_variant("ascending"),
+               "Your shares are in ascending order; the largest comes first (svdvals already "
+               "returns the singular values in descending order)."),
+        Mutant("cumulative", _shares_variant("cumulative"),
+               "You return the cumulative shares (the top k together); return each direction's "
+               "own share, σ_k² / Σ σ² (the notebook takes the cumsum afterwards)."),
+        Mutant("eigenvalues", _shares_variant("eigenvalues"),
+               "You use eigenvalues; the energy ‖M‖_F² is the sum of the squared singular values "
+               "(torch.linalg.svdvals), which equal |eigenvalues| only for a symmetric matrix "
+               "and exist for a rectangular one."),
+        Mutant("normalised over the whole batch", _shares_variant("whole batch"),
+               "With a batch of matrices, your shares sum to 1 over the whole batch: normalise "
+               "each matrix's over the last axis, sum(-1, keepdim=True)."),
+        Mutant("squared before scaling", _shares_variant("squared first"),
+               "σ² overflows float32 for entries of size 1e25 (inf / inf = NaN) and underflows "
+               "to 0 for entries of size 1e-25: divide the singular values by the largest "
+               "before squaring."),
+        Mutant("0 / 0 for a zero matrix", _shares_variant("zero matrix"),
+               "A zero matrix has no energy and your shares come out NaN (0 / 0): divide only "
+               "where the largest singular value and the total are positive, and return zeros "
+               "otherwise."),
+    ],
+))
