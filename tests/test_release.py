@@ -97,3 +97,20 @@ def test_release_writes_checks_and_removes_orphans(tmp_path, capsys):
     (folder / "02_bad.ipynb").write_text("{not json")
     assert main(["release", *args]) == 2
     assert "not a readable notebook" in capsys.readouterr().err
+
+
+def test_every_notebook_of_the_modern_half_has_three_graded_exercises():
+    """Chapters 7-9: the central mechanisms of each notebook are exercises, at least three per
+    notebook, each with a suite whose points the notebook's metadata repeats."""
+    from coursekit.grading.registry import all_suites
+    from coursekit.release import exercises
+
+    suites = all_suites()
+    counts = {}
+    for path in sorted((ROOT / "solutions").glob("0[7-9]*.ipynb")):
+        found = exercises(nbformat.read(path, as_version=4))
+        counts[path.stem[:3]] = len(found)
+        for ex in found:
+            assert ex.name in suites and suites[ex.name].points == ex.points, (path.name, ex.name)
+    assert set(counts) == {"07a", "07b", "07c", "08a", "08b", "09a", "09b"}, counts
+    assert min(counts.values()) >= 3, counts
