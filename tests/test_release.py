@@ -1,6 +1,8 @@
 """The student edition is generated from solutions/ and must never be stale."""
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -114,3 +116,76 @@ def test_every_notebook_of_the_modern_half_has_three_graded_exercises():
             assert ex.name in suites and suites[ex.name].points == ex.points, (path.name, ex.name)
     assert set(counts) == {"07a", "07b", "07c", "08a", "08b", "09a", "09b"}, counts
     assert min(counts.values()) >= 3, counts
+
+
+def test_every_notebook_installs_coursekit_from_the_configured_repository():
+    """Both editions' set-up cells start with the install block for _config.yml's repository."""
+    from coursekit.release import configured_install_block
+
+    block = configured_install_block(ROOT)
+    assert "git+https://github.com/" in block and "@v" in block
+    for edition in ("solutions", "notebooks"):
+        for path in sorted((ROOT / edition).glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=4)
+            first = next(c for c in nb.cells if c.cell_type == "code")
+            assert first.source.startswith(block), f"{edition}/{path.name}: run coursekit release"
+
+
+def test_release_rewrites_the_install_block_when_the_repository_changes(tmp_path):
+    from coursekit.release import INSTALL_FIRST_LINE, install_block
+
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "_config.yml").write_text("repository:\n  url: https://example.org/me/book\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A chapter"),
+                nbformat.v4.new_code_cell("import torch\n"),
+                nbformat.v4.new_code_cell("x = 1\n")]
+    path = tmp_path / "solutions" / "01_x.ipynb"
+    nbformat.write(nb, path)
+    solutions, notebooks = tmp_path / "solutions", tmp_path / "notebooks"
+    assert f"{path} (the install cell)" in release(solutions, notebooks, check=True)
+    release(solutions, notebooks)
+    from coursekit import __version__
+    want = install_block("https://example.org/me/book", __version__)
+    for edition in (solutions, notebooks):
+        cells = nbformat.read(edition / "01_x.ipynb", as_version=4).cells
+        assert cells[1].source == want + "import torch\n" and cells[2].source == "x = 1\n"
+    assert release(solutions, notebooks, check=True) == []
+    (tmp_path / "_config.yml").write_text("repository:\n  url: https://example.org/you/book/\n")
+    release(solutions, notebooks)
+    source = nbformat.read(notebooks / "01_x.ipynb", as_version=4).cells[1].source
+    assert source.count(INSTALL_FIRST_LINE) == 1 and "git+https://example.org/you/book@v" in source
+    assert source.endswith("\nimport torch\n")
+    (tmp_path / "_config.yml").write_text("title: no repository\n")
+    with pytest.raises(ReleaseError, match="repository.url"):
+        release(solutions, notebooks)
+
+
+DRAWS = re.compile(r"plt\.show\(\)|plt\.subplots\(|plt\.figure\(|attention_heatmap\(|plot_history\(")
+
+
+def _explorer_calls(source: str) -> list:
+    tree = ast.parse(re.sub(r"(?m)^\s*[%!].*$", "", source))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Explorer"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_every_figure_has_an_authored_text_alternative(path):
+    """A cell that draws a figure carries its text alternative (cell metadata mystnb.image.alt,
+    which myst-nb puts on the image); an explorer says what its frames show (description=).
+    The same metadata reaches the student edition."""
+    student = nbformat.read(ROOT / "notebooks" / path.name, as_version=4)
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type != "code":
+            continue
+        where = f"{path.name}, cell {index}: {cell.source.splitlines()[0][:60]!r}"
+        calls = _explorer_calls(cell.source)
+        for call in calls:
+            description = next((k.value for k in call.keywords if k.arg == "description"), None)
+            assert isinstance(description, ast.Constant) and len(description.value) > 30, where
+        alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+        if DRAWS.sub("", cell.source) != cell.source and not calls:
+            assert len(alt) > 40 and not alt.lower().startswith(("image of", "figure showing")), where
+        if alt:
+            assert student.cells[index].metadata.get("mystnb") == cell.metadata["mystnb"], where

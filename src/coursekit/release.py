@@ -18,8 +18,61 @@ import nbformat
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"
 EXERCISE_TAG = "exercise"
-KEEP_CELL_METADATA = ("tags", "coursekit")
+KEEP_CELL_METADATA = ("tags", "coursekit", "mystnb")  # mystnb: a figure's alt text
 NB_VERSION = 4
+
+
+# The set-up cell of every notebook starts with this block: where the book's package is missing
+# (Colab, a fresh Jupyter), it installs coursekit from the book's repository at the version of the
+# book the notebook came from. The repository is the one setting `repository.url` in
+# _config.yml; `coursekit release` writes the block into both editions from it.
+INSTALL_FIRST_LINE = "try:  # the book's package; where it is missing (Colab), install it"
+_INSTALL_BLOCK = re.compile(re.escape(INSTALL_FIRST_LINE) + r"\n(?:    .*\n|except ImportError:\n)*\n?")
+
+
+def install_block(url: str, version: str) -> str:
+    """The set-up cell's first lines, for a book published at ``url`` (a git repository whose
+    tag ``v<version>`` holds this book). ``COURSEKIT_SOURCE`` overrides what pip installs (a
+    wheel, for the test that plays a fresh Colab)."""
+    source = f"coursekit @ git+{url.rstrip('/')}@v{version}"
+    return (f"{INSTALL_FIRST_LINE}\n"
+            "    import coursekit\n"
+            "except ImportError:\n"
+            "    import os\n"
+            f'    source = os.environ.get("COURSEKIT_SOURCE", "{source}")\n'
+            '    print(f"coursekit is not installed: installing it from {source}")\n'
+            '    %pip install --quiet "{source}"\n'
+            "\n")
+
+
+def configured_install_block(root: Path) -> str | None:
+    """:func:`install_block` for the book whose ``_config.yml`` is in ``root`` (None without one)."""
+    config = root / "_config.yml"
+    if not config.is_file():
+        return None
+    import yaml
+
+    from coursekit import __version__
+
+    url = ((yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("repository") or {}).get("url")
+    if not url:
+        raise ReleaseError(f"{config}: repository.url is not set (the notebooks install coursekit "
+                           "from it)")
+    return install_block(str(url), __version__)
+
+
+def with_install_block(nb, block: str) -> bool:
+    """Put ``block`` at the start of the notebook's first code cell (replacing an older one);
+    return whether the cell changed."""
+    cell = next((c for c in nb.cells if c.cell_type == "code"), None)
+    if cell is None:
+        return False
+    found = _INSTALL_BLOCK.match(cell.source)
+    rest = cell.source[found.end():] if found else cell.source
+    if cell.source == block + rest:
+        return False
+    cell.source = block + rest
+    return True
 
 
 class ReleaseError(ValueError):
@@ -135,10 +188,24 @@ def render(nb) -> str:
 
 
 def release(solutions: Path, notebooks: Path, check: bool = False) -> list[str]:
-    """Write (or, with ``check``, compare) the student edition. Returns the stale/changed paths."""
+    """Write (or, with ``check``, compare) the student edition. Returns the stale/changed paths.
+
+    When the book's ``_config.yml`` sits beside ``solutions``, the set-up cell of every solutions
+    notebook is first given the install block for its ``repository.url`` (written in place, or
+    reported as stale with ``check``)."""
     if not solutions.is_dir():
         raise ReleaseError(f"{solutions} is not a folder of solution notebooks")
     changed = []
+    block = configured_install_block(solutions.resolve().parent)
+    if block is not None:
+        for path in sorted(solutions.glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=NB_VERSION)
+            if with_install_block(nb, block):
+                changed.append(f"{path} (the install cell)")
+                if not check:
+                    tmp = path.with_suffix(".ipynb.tmp")
+                    tmp.write_text(render(nb), encoding="utf-8")
+                    tmp.replace(path)
     wanted = {}
     for path in sorted(solutions.glob("*.ipynb")):
         wanted[notebooks / path.name] = render(student_edition(path))

@@ -1,0 +1,525 @@
+"""Concept checks: short questions whose answer is a number, a shape or a choice.
+
+Each chapter ends its main part with one cell tagged ``concepts``::
+
+    answers = {
+        "04.C1": None,  # a shape, e.g. (2, 3)
+        "04.C2": None,  # a number
+    }
+    check_concepts(answers)
+
+Run with every answer ``None``, the cell shows the questions with a box (or buttons) each and a
+*Check* button that answers at once, in JavaScript: it works in Jupyter and in the static book,
+with no kernel. Run with answers filled in, it prints a verdict per question. The batch grader
+reads the same dictionary from the cell's source (a literal, never executed) and records the
+verdicts: ungraded by default, graded when the instructor gives concept checks points
+(``coursekit grade --concept-points``).
+
+Every answer in :data:`QUESTIONS` is recomputed from torch, Hugging Face or peft by
+``tests/test_concepts.py``, so the key cannot drift from what the libraries do. A wrong answer
+that a question foresees gets its own explanation (``wrong``); it must describe what that answer
+*is* (e.g. "that is the shape with the heads averaged"), which is true of anyone who gives it.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import math
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("number", "shape", "choice")
+CONCEPTS_TAG = "concepts"
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str                      # "04.C1": chapter, then C and a number
+    kind: str                    # "number" | "shape" | "choice"
+    text: str                    # the question (markdown-free HTML-safe text)
+    answer: Any                  # number, tuple of ints, or the right option's letter
+    why: str                     # shown once the answer is right
+    options: tuple[str, ...] = ()  # for a choice: the options, lettered a, b, c, ...
+    tol: float = 0.0             # for a number: absolute tolerance (0: exact up to 1e-9 relative)
+    wrong: dict[str, str] = field(default_factory=dict)  # normalised wrong answer -> what it is
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.id}: kind {self.kind!r} is not one of {KINDS}")
+        if not re.fullmatch(r"\d\d\.C\d+", self.id):
+            raise ValueError(f"{self.id!r}: a concept check's id is NN.C<k>, e.g. 04.C1")
+        if self.kind == "choice" and self.key(self.answer) not in _letters(len(self.options)):
+            raise ValueError(f"{self.id}: the answer {self.answer!r} is not one of the options")
+
+    # -- answers, normalised the same way here and in the page's JavaScript -------------------
+    def key(self, given: Any) -> str | None:
+        """The normalised form of an answer ('12288', '2,4,7,7', 'b'), or None if unreadable."""
+        if given is None:
+            return None
+        if self.kind == "number":
+            try:
+                value = float(str(given).replace(",", "").replace("_", "").strip())
+            except ValueError:
+                return None
+            return repr(value) if math.isfinite(value) else None
+        if self.kind == "shape":
+            if isinstance(given, str):
+                digits = re.findall(r"-?\d+", given)
+            else:
+                try:
+                    digits = [str(int(d)) for d in given]
+                except (TypeError, ValueError):
+                    return None
+            return ",".join(str(int(d)) for d in digits) if digits else None
+        letter = str(given).strip().lower().rstrip(")").strip()
+        return letter if letter in _letters(len(self.options)) else None
+
+    def is_right(self, given: Any) -> bool:
+        key = self.key(given)
+        if key is None:
+            return False
+        if self.kind == "number":
+            value, answer = float(key), float(self.answer)
+            return abs(value - answer) <= max(self.tol, 1e-9 * abs(answer))
+        return key == self.key(self.answer)
+
+    def verdict(self, given: Any) -> tuple[bool | None, str]:
+        """(right?, the message a student reads). ``None`` when the answer is missing."""
+        if given is None:
+            return None, "not answered yet"
+        key = self.key(given)
+        if key is None:
+            expected = {"number": "a number", "shape": "a shape such as (2, 3)",
+                        "choice": "one of " + ", ".join(_letters(len(self.options)))}[self.kind]
+            return False, f"{given!r} is not {expected}"
+        if self.is_right(given):
+            return True, f"right. {self.why}"
+        for wrong, meaning in self.wrong.items():
+            if self.kind == "number" and _close(float(key), float(self.key(wrong) or "nan"), self.tol):
+                return False, f"not quite: {meaning}"
+            if self.kind != "number" and key == self.key(wrong):
+                return False, f"not quite: {meaning}"
+        return False, "not quite; try again."
+
+    def client(self) -> dict[str, Any]:
+        """What the page's JavaScript needs to answer at once."""
+        wrong = {self.key(k): v for k, v in self.wrong.items()}
+        return {"id": self.id, "kind": self.kind, "answer": self.key(self.answer),
+                "tol": self.tol, "why": self.why, "wrong": wrong,
+                "options": list(self.options)}
+
+
+def _letters(n: int) -> list[str]:
+    return [chr(ord("a") + i) for i in range(n)]
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    """A foreseen wrong number matches within 0.5 % (it is recognised, not graded)."""
+    return math.isfinite(b) and abs(a - b) <= max(tol, 5e-3 * abs(b))
+
+
+def _q(*args: Any, **kwargs: Any) -> Question:
+    return Question(*args, **kwargs)
+
+
+# The bank. Each chapter's cell asks its own questions, in order. Answers are recomputed by
+# tests/test_concepts.py from the libraries; prose numbers in a `why` are checked there too.
+QUESTIONS: dict[str, Question] = {q.id: q for q in [
+    # Chapter 1: recurrent networks
+    _q("01.C1", "shape", "An nn.LSTM(input_size=5, hidden_size=7, batch_first=True) reads x of "
+       "shape (3, 11, 5). What is the shape of its first output (every step's hidden state)?",
+       (3, 11, 7), "B = 3 sequences, N = 11 steps, d_h = 7 features each.",
+       wrong={"(1, 3, 7)": "that is the shape of h_N, the second output's first tensor "
+                           "(layers × batch × d_h).",
+              "(3, 11, 5)": "that keeps the input's width D = 5; the states have d_h = 7."}),
+    _q("01.C2", "number", "How many parameters does nn.LSTM(input_size=5, hidden_size=7) have "
+       "(one layer, one direction, with biases)?", 392,
+       "Four gates, each with W_ih (7 × 5), W_hh (7 × 7) and two biases of 7 (PyTorch keeps b_ih "
+       "and b_hh): 4 · (35 + 49 + 7 + 7) = 392.",
+       wrong={"364": "that counts one bias vector per gate; PyTorch keeps two, b_ih and b_hh.",
+              "98": "that is one gate; an LSTM has four (input, forget, cell, output)."}),
+    _q("01.C3", "choice", "Gradient clipping by norm (clip_grad_norm_) is a remedy for which "
+       "problem?", "b",
+       "Clipping rescales a gradient whose norm exceeds a threshold; it can only shrink a "
+       "gradient, so it does nothing for one that has vanished.",
+       options=("vanishing gradients", "exploding gradients", "both"),
+       wrong={"c": "clipping only ever shrinks a gradient, so it cannot restore a vanished one."}),
+    # Chapter 2: Bahdanau attention
+    _q("02.C1", "number", "A bidirectional GRU encoder has hidden_size=16 in each direction. "
+       "How wide is each annotation h_j that the attention reads?", 32,
+       "The forward and backward states are concatenated: 2 × 16.",
+       wrong={"16": "that is one direction; the annotation concatenates both."}),
+    _q("02.C2", "shape", "Additive attention, batch B = 4, an output of 6 steps over an input of 9 "
+       "steps: what is the shape of all the attention weights α, batch first?", (4, 6, 9),
+       "One distribution over the 9 inputs for each of the 6 output steps of each sequence.",
+       wrong={"(4, 9, 6)": "that puts the inputs before the output steps; each row α_i· is a "
+                           "distribution over inputs j, so inputs are the last axis."}),
+    _q("02.C3", "choice", "In Bahdanau et al. (2015), the score e_ij of input j when the decoder "
+       "produces output i is computed from which decoder state?", "a",
+       "e_ij = a(s_{i−1}, h_j): the state before emitting y_i, so the context can shape it.",
+       options=("s_{i−1}, the state before step i", "s_i, the state after step i",
+                "the encoder's last state h_N")),
+    # Chapter 3: self-attention
+    _q("03.C1", "shape", "F.scaled_dot_product_attention(q, k, v) with q of shape (2, 5, 8), k of "
+       "shape (2, 9, 8) and v of shape (2, 9, 3): what is the output's shape?", (2, 5, 3),
+       "One output per query (N_q = 5), each a mix of values of width d_v = 3.",
+       wrong={"(2, 9, 3)": "that has one row per key; the output has one per query.",
+              "(2, 5, 9)": "that is the shape of the attention weights, not of the output."}),
+    _q("03.C2", "number", "Queries and keys have d_k = 64 entries, each of mean 0 and variance 1, "
+       "independent. What is the standard deviation of a score q·k before scaling?", 8,
+       "The variance of a sum of 64 independent unit-variance products is 64: standard "
+       "deviation √64 = 8, which is what dividing by √d_k undoes.",
+       wrong={"64": "that is the variance; the standard deviation is its square root."}),
+    _q("03.C3", "number", "With this book's causal rule (query i may see key j when "
+       "j ≤ i + N_k − N_q), N_q = 2 queries and N_k = 5 keys: how many keys may the first query "
+       "(i = 0) attend to?", 4,
+       "j ≤ 0 + 5 − 2 = 3: keys 0 to 3. The queries are the last two positions of the sequence "
+       "(as when decoding with a cache). torch's is_causal=True aligns the mask to the top-left "
+       "instead and would give 1.",
+       wrong={"1": "that is the top-left alignment of torch's is_causal=True, which treats the "
+                   "queries as the first positions; the book aligns them to the end."}),
+    # Chapter 4: multi-head attention
+    _q("04.C1", "shape", "nn.MultiheadAttention(embed_dim=32, num_heads=4, batch_first=True) on "
+       "x of shape (2, 7, 32), with need_weights=True and average_attn_weights=False: what is the "
+       "shape of the returned attention weights?", (2, 4, 7, 7),
+       "(B, H, N_q, N_k): one N × N pattern per head per sequence.",
+       wrong={"(2, 7, 7)": "that is the shape with the heads averaged, the default "
+                           "(average_attn_weights=True)."}),
+    _q("04.C2", "number", "How many parameters does nn.MultiheadAttention(embed_dim=32, "
+       "num_heads=4) have (with its default biases)?", 4224,
+       "W^Q, W^K, W^V and W^O are 32 × 32 each, plus four biases of 32: 4 · 1024 + 128 = 4224, "
+       "whatever the number of heads.",
+       wrong={"4096": "that leaves out the four bias vectors of 32."}),
+    _q("04.C3", "choice", "Going from 1 head to 8 heads at the same d_model, what happens to the "
+       "number of parameters of a multi-head attention layer?", "c",
+       "The heads split the same projections into slices of d_model / H columns; the count "
+       "stays 4 d_model² (plus biases).",
+       options=("it grows 8-fold", "it grows by a factor √8", "it stays the same")),
+    # Chapter 5: positional encoding
+    _q("05.C1", "number", "How many trainable parameters do the sinusoidal positional encodings "
+       "of Vaswani et al. add to a model with d_model = 512 and 1024 positions?", 0,
+       "They are a fixed function of the position; a learned table would add 1024 × 512.",
+       wrong={"524288": "that is a learned table of 1024 × 512; the sinusoids are computed, "
+                        "not learned."}),
+    _q("05.C2", "choice", "Rotary position embeddings (RoPE) rotate which vectors?", "a",
+       "The queries and the keys, so that their dot product depends on the offset m − n only; "
+       "the values and the residual stream carry no position.",
+       options=("the queries and the keys", "the values", "the token embeddings, once, at the "
+                "input")),
+    _q("05.C3", "number", "A T5 encoder with 8 heads and 32 relative-position buckets shares one "
+       "bias table across its 6 layers. How many relative-position parameters does the encoder "
+       "have?", 256,
+       "One scalar per bucket per head: 32 × 8, kept by the first layer and reused by the others.",
+       wrong={"1536": "that is one table per layer; T5 computes the bias once and shares it."}),
+    # Chapter 6: transformer blocks
+    _q("06.C1", "number", "How many parameters does nn.TransformerEncoderLayer(d_model=64, "
+       "nhead=4, dim_feedforward=256) have?", 49984,
+       "Attention 4 · 64² + 4 · 64 = 16,640; feed-forward 64 · 256 + 256 + 256 · 64 + 64 = 33,088; "
+       "two LayerNorms 2 · 2 · 64 = 256.",
+       wrong={"49728": "that leaves out the two LayerNorms' weights and biases (256)."}),
+    _q("06.C2", "choice", "In which arrangement does the input reach the block's output through "
+       "an identity path, with no normalisation on the way?", "a",
+       "Pre-LN: x + Sublayer(LN(x)); Post-LN normalises after every addition, so the residual "
+       "stream itself is renormalised at each block.",
+       options=("Pre-LN", "Post-LN", "both")),
+    _q("06.C3", "number", "nn.Dropout(p=0.1) in training mode: by what factor are the entries it "
+       "keeps multiplied?", 1 / 0.9,
+       "1 / (1 − p) = 1/0.9 ≈ 1.111, so the expected value of every entry is unchanged and "
+       "evaluation needs no rescaling.", tol=1e-3,
+       wrong={"0.9": "that is the probability of keeping an entry; the kept ones are divided by it.",
+              "1": "nn.Dropout rescales the kept entries during training (inverted dropout)."}),
+    # Chapter 7: GPT, BERT, T5
+    _q("07.C1", "number", "A causal language model gets a batch of 2 sequences of 10 tokens, no "
+       "padding. How many next-token predictions enter the loss?", 18,
+       "Each sequence of 10 tokens gives 9 (position t predicts token t + 1; the last has no "
+       "target): 2 × 9.",
+       wrong={"20": "that counts the last position, which has no next token to predict."}),
+    _q("07.C3", "number", "BERT selects 15 % of the tokens for its masked-LM loss. What fraction "
+       "of the selected tokens is replaced by [MASK]?", 0.8,
+       "80 % become [MASK], 10 % a random token, 10 % stay unchanged (Devlin et al., 2019, §3.1).",
+       tol=1e-9, wrong={"1": "only 80 % are masked; 10 % get a random token, 10 % stay.",
+                        "0.15": "that is the fraction of all tokens selected, not of the "
+                                "selected ones that become [MASK]."}),
+    _q("07.C2", "number", "GPT-2 small: 12 layers, d_model = 768, a vocabulary of 50,257, 1024 "
+       "positions, the output layer tied to the token embedding. How many parameters?",
+       124439808,
+       "The formula of the chapter gives 124,439,808, which is what GPT2LMHeadModel counts; the "
+       "GPT-2 paper's table says 117M.",
+       wrong={"163037184": "that counts an untied output layer (768 × 50,257 more)."}),
+    # Chapter 8: ViT and CLIP
+    _q("08.C1", "number", "ViT-B/16 on a 224 × 224 image: how many tokens does the encoder "
+       "read, [CLS] included?", 197,
+       "(224 / 16)² = 196 patches, plus [CLS].",
+       wrong={"196": "that is the patches alone; the [CLS] token makes 197."}),
+    _q("08.C2", "number", "CLIP's loss over a batch of 32 image–text pairs: for one image, how "
+       "many of the batch's texts act as negatives?", 31,
+       "Every other caption in the batch: the softmax runs over the 32 texts, one of them right.",
+       wrong={"32": "one of the 32 texts is the image's own caption, the positive.",
+              "62": "that counts both directions' negatives; one image's row has 31."}),
+    _q("08.C3", "number", "CLIP starts its temperature at τ = 0.07 and learns t = log(1/τ). By "
+       "what factor are the cosine similarities multiplied at the start of training (two "
+       "decimals)?", 1 / 0.07,
+       "exp(t) = 1/τ ≈ 14.29: the logits are cosines (between −1 and 1) scaled up so that the "
+       "softmax can be sharp; Radford et al. (2021) learn t and clip the scale at 100.", tol=0.006,
+       wrong={"0.07": "that is τ itself; the similarities are divided by τ, i.e. multiplied by 1/τ.",
+              "2.66": "that is t = log(1/τ); the factor is exp(t)."}),
+    # Chapter 9: LoRA and QLoRA
+    _q("09.C1", "number", "LoRA with rank r = 8 on one 768 × 768 linear layer: how many trainable "
+       "parameters does it add?", 12288,
+       "A is r × 768 and B is 768 × r: 2 · 8 · 768 = 12,288, against 589,824 in the frozen W.",
+       wrong={"6144": "that is one of the two factors; LoRA trains both A and B.",
+              "589824": "that is the frozen matrix itself."}),
+    _q("09.C3", "number", "NF4 weights in blocks of 64, one float32 absmax constant per block and "
+       "no double quantisation: how many bits of storage per weight?", 4.5,
+       "4 bits per code plus 32 bits shared by 64 weights: 4 + 0.5.", tol=1e-9,
+       wrong={"4": "that forgets the absmax constant each block of 64 stores."}),
+    _q("09.C2", "choice", "After merging a LoRA adapter into its layer (W ← W + (α/r)·BA), "
+       "inference costs…", "a",
+       "The merged layer is an ordinary W of the same shape: no extra matrix multiplication, "
+       "unlike adapter layers that stay in the forward pass.",
+       options=("the same as the base model", "r extra multiplications per token per layer",
+                "twice the base model's")),
+]}
+
+
+def chapter_questions(chapter: str) -> list[Question]:
+    """The questions of chapter ``"04"``, in order."""
+    return sorted((q for qid, q in QUESTIONS.items() if qid.split(".")[0] == chapter),
+                  key=lambda q: int(q.id.split(".C")[1]))
+
+
+# Where a split chapter asks its questions (tests/test_concepts.py reads the notebooks to check
+# it). A notebook key not listed here asks none (02b, 06b, 07c); a chapter key ("04", or "07"
+# for a whole split chapter) asks all of its chapter's questions.
+NOTEBOOK_QUESTIONS = {
+    "02a": ("02.C1", "02.C2", "02.C3"), "06a": ("06.C1", "06.C2", "06.C3"),
+    "07a": ("07.C1", "07.C2"), "07b": ("07.C3",),
+    "08a": ("08.C1",), "08b": ("08.C2", "08.C3"),
+    "09a": ("09.C1", "09.C2"), "09b": ("09.C3",),
+}
+
+
+def asked_in(key: str | None) -> list[str]:
+    """The ids of the questions a submission graded as ``key`` ("04", "07b", "02") is asked."""
+    if not key:
+        return []
+    if len(key) > 2:
+        return list(NOTEBOOK_QUESTIONS.get(key, ()))
+    return [q.id for q in chapter_questions(key)]
+
+
+def question(qid: str) -> Question:
+    try:
+        return QUESTIONS[qid]
+    except KeyError:
+        raise KeyError(f"no concept check {qid!r}; known: {', '.join(QUESTIONS)}") from None
+
+
+# -- reading a submission's answers without running it ---------------------------------------
+
+_ALLOWED = (ast.Expression, ast.Dict, ast.Tuple, ast.List, ast.Constant, ast.UnaryOp, ast.USub,
+            ast.UAdd, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.Load)
+
+
+def read_answers(source: str) -> dict[str, Any]:
+    """The ``answers = {...}`` dictionary of a concepts cell, read as a literal (arithmetic on
+    numbers allowed: ``2 * 8 * 768``), never executed. Raises ValueError naming what it could not
+    read."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        raise ValueError(f"the concept-check cell is not valid Python: {err.msg} "
+                         f"(line {err.lineno})") from None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "answers"):
+            expr = ast.Expression(node.value)
+            for sub in ast.walk(expr):
+                if not isinstance(sub, _ALLOWED):
+                    raise ValueError(f"answers must be written as plain values (numbers, tuples, "
+                                     f"letters); line {getattr(sub, 'lineno', '?')} has "
+                                     f"{type(sub).__name__}")
+            value = eval(compile(expr, "<answers>", "eval"), {"__builtins__": {}}, {})  # noqa: S307 (checked above)
+            if not isinstance(value, dict):
+                raise ValueError("answers must be a dictionary {question id: answer}")
+            return value
+    raise ValueError("the concept-check cell has no `answers = {...}`")
+
+
+def grade_answers(answers: dict[str, Any]) -> list[tuple[Question, Any, bool | None, str]]:
+    """(question, given, right?, message) for every question the dictionary names."""
+    rows = []
+    for qid, given in answers.items():
+        q = question(str(qid))
+        right, message = q.verdict(given)
+        rows.append((q, given, right, message))
+    return rows
+
+
+# -- the cell's display ------------------------------------------------------------------------
+
+_SCRIPT = """
+(function () {
+  var root = document.getElementById("%(uid)s");
+  var data = JSON.parse(root.querySelector("script.ck-concepts-data").textContent);
+  function key(q, raw) {
+    if (raw === null || raw === undefined) return null;
+    raw = String(raw).trim();
+    if (q.kind === "number") {
+      var v = Number(raw.replace(/[,_\\s]/g, ""));
+      return (raw !== "" && isFinite(v)) ? v : null;
+    }
+    if (q.kind === "shape") {
+      var d = raw.match(/-?\\d+/g);
+      return d ? d.map(function (x) { return String(parseInt(x, 10)); }).join(",") : null;
+    }
+    return raw.toLowerCase();
+  }
+  function same(q, a, b) {
+    if (q.kind !== "number") return a === b;
+    b = Number(b);
+    return Math.abs(a - b) <= Math.max(q.tol, 1e-9 * Math.abs(b));
+  }
+  root.querySelectorAll(".ck-concept").forEach(function (box, n) {
+    var q = data[n];
+    var out = box.querySelector(".ck-concept-feedback");
+    box.querySelector("button").addEventListener("click", function () {
+      var raw;
+      if (q.kind === "choice") {
+        var picked = box.querySelector("input[type=radio]:checked");
+        raw = picked ? picked.value : null;
+      } else {
+        raw = box.querySelector("input[type=text]").value;
+      }
+      var k = key(q, raw), message, right = false;
+      if (k === null) {
+        message = "Type an answer first" + (q.kind === "shape" ? ", e.g. (2, 3)." : ".");
+      } else if (same(q, k, q.answer)) {
+        right = true; message = "\\u2713 Right. " + q.why;
+      } else {
+        message = "\\u2717 Not quite; try again.";
+        Object.keys(q.wrong).forEach(function (w) {
+          var near = q.kind === "number"
+            ? Math.abs(k - Number(w)) <= Math.max(q.tol, 5e-3 * Math.abs(Number(w))) : k === w;
+          if (near) message = "\\u2717 Not quite: " + q.wrong[w];
+        });
+      }
+      out.textContent = message;
+      box.dataset.state = k === null ? "empty" : (right ? "right" : "wrong");
+    });
+  });
+})();
+"""
+
+
+def _html(questions: list[Question], given: dict[str, Any]) -> str:
+    uid = f"ck-concepts-{uuid.uuid4().hex[:8]}"
+    boxes = []
+    for n, q in enumerate(questions, 1):
+        # each question is a named group (its text); the radio buttons a radio group in it
+        asked = f"{uid}-q{n}"
+        if q.kind == "choice":
+            control = (f'<div role="radiogroup" aria-labelledby="{asked}">' + "".join(
+                f'<label style="display:block"><input type="radio" name="{uid}-{n}" '
+                f'value="{letter}"> {letter}) {html.escape(option)}</label>'
+                for letter, option in zip(_letters(len(q.options)), q.options, strict=True))
+                + "</div>")
+        else:
+            hint = "a shape, e.g. (2, 3)" if q.kind == "shape" else "a number"
+            control = (f'<input type="text" aria-label="answer to {q.id}" placeholder="{hint}" '
+                       f'style="width:14em">')
+        right, message = q.verdict(given.get(q.id))
+        status = "" if right is None else ("\u2713 " if right else "\u2717 ") + html.escape(message)
+        boxes.append(
+            f'<div class="ck-concept" data-id="{q.id}" style="margin:0.6em 0" role="group" '
+            f'aria-labelledby="{asked}">'
+            f'<div id="{asked}"><b>{q.id}</b> {html.escape(q.text)}</div>{control} '
+            f'<button type="button" aria-label="Check {q.id}">Check</button>'
+            f'<div class="ck-concept-feedback" role="status" aria-live="polite">{status}</div></div>')
+    data = json.dumps([q.client() for q in questions]).replace("</", "<\\/")
+    return (f'<div class="ck-concepts" id="{uid}"><div><b>Concept checks</b> — answer in the boxes '
+            f'(instant feedback), or in <code>answers</code> above and run the cell again.</div>'
+            f'{"".join(boxes)}<script type="application/json" class="ck-concepts-data">{data}'
+            f'</script><script>{_SCRIPT % {"uid": uid}}</script></div>')
+
+
+class ConceptChecks:
+    """What ``check_concepts`` returns: the verdicts, shown as text and as the interactive form."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        if not isinstance(answers, dict) or not answers:
+            raise TypeError("check_concepts expects the dictionary `answers` "
+                            "{question id: your answer or None}")
+        self.questions = [question(str(qid)) for qid in answers]
+        self.answers = {str(k): v for k, v in answers.items()}
+        self.rows = grade_answers(self.answers)
+
+    @property
+    def right(self) -> int:
+        return sum(1 for *_, ok, _m in self.rows if ok)
+
+    def __repr__(self) -> str:
+        lines = []
+        for q, _given, right, message in self.rows:
+            mark = {True: "✓", False: "✗", None: "·"}[right]
+            lines.append(f"{mark} {q.id} {q.text}\n    {message}")
+        answered = sum(1 for *_, ok, _m in self.rows if ok is not None)
+        lines.append(f"Concept checks: {self.right} of {len(self.rows)} right"
+                     f" ({answered} answered).")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        return _html(self.questions, self.answers)
+
+
+def check_concepts(answers: dict[str, Any]) -> ConceptChecks:
+    """Verdicts on a chapter's concept checks; the notebook shows them (see the module doc)."""
+    return ConceptChecks(answers)
+
+
+# -- the batch grader's view ---------------------------------------------------------------------
+
+def grade_sources(sources: list[str], asked: list[str] | None = None,
+                  points: float = 0.0) -> tuple[list[dict[str, Any]], list[str]]:
+    """The verdicts of every concept-check cell among a submission's code cells (found by its
+    ``answers = {...}`` and ``check_concepts(answers)``), read without running anything.
+
+    -> (rows, notes): one row per question, ``{"id", "given", "right", "message"}`` (``right`` is
+    None when unanswered), and a note for each cell that could not be read. With ``points`` > 0
+    the questions ``asked`` are graded: each has one row (the last answer given, or "not
+    answered" when the submission lacks it) with ``"points"`` and ``"earned"`` (all or nothing).
+    """
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for source in sources:
+        if "check_concepts(" not in source or "answers" not in source:
+            continue
+        try:
+            answers = read_answers(source)
+        except ValueError as err:
+            notes.append(f"concept checks not read: {err}")
+            continue
+        for qid, given in answers.items():
+            try:
+                q = question(str(qid))
+            except KeyError as err:
+                notes.append(f"concept checks: {err.args[0]}")
+                continue
+            right, message = q.verdict(given)
+            rows.append({"id": q.id, "given": None if given is None else repr(given),
+                         "right": right, "message": message})
+    if points <= 0 or asked is None:
+        return rows, notes
+    last = {row["id"]: row for row in rows}
+    graded = []
+    for qid in asked:
+        row = last.get(qid) or {"id": qid, "given": None, "right": None,
+                                "message": "not answered: the question is not in the "
+                                           "submission's concept-check cell"}
+        graded.append({**row, "points": float(points),
+                       "earned": float(points) if row["right"] else 0.0})
+    return graded + [row for row in rows if row["id"] not in set(asked)], notes

@@ -1,0 +1,1 @@
+"""Exercise suites, one module per chapter (``chNN.py`` with a ``SUITES`` list)."""

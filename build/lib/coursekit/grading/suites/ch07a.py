@@ -1,0 +1,375 @@
+"""Chapter 7, notebook 07a (GPT) — ``merge_pair`` (the BPE merge step), ``top_p_filter`` and
+``next_token_loss`` (the causal language-model loss).
+
+Authorities: the merge step is checked against a written-out reading of Sennrich et al.'s
+algorithm (merge non-overlapping occurrences, left to right, as GPT-2's ``bpe()`` does with its
+``word.index(first, i)`` scan), which ``tests/test_ch07a_gpt.py`` proves equal to the BPE
+model of Hugging Face ``tokenizers`` on every case; top-p filtering against Hugging Face's
+``TopPLogitsWarper``, the filter ``generate(top_p=...)`` applies; the next-token loss against
+Hugging Face's ``ForCausalLMLoss``, the loss ``GPT2LMHeadModel(..., labels=ids)`` computes (it
+shifts the labels itself, and ignores the label -100, to which the padding targets are mapped).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from coursekit import decoding
+from coursekit.data import bpe
+from coursekit.grading.suite import Case, Mutant, OutputError, Suite
+from coursekit.models import tiny_transformer
+
+# ----------------------------------------------------------------------------- 07.1 merge_pair
+
+
+def gpt2_merge(ids, pair, new_id):
+    """The authority: GPT-2's merge loop (``encoder.py``'s ``bpe()``), on ids instead of strings."""
+    first, second = pair
+    word, new_word, i = list(ids), [], 0
+    while i < len(word):
+        try:
+            j = word.index(first, i)
+        except ValueError:
+            new_word.extend(word[i:])
+            break
+        new_word.extend(word[i:j])
+        i = j
+        if word[i] == first and i < len(word) - 1 and word[i + 1] == second:
+            new_word.append(new_id)
+            i += 2
+        else:
+            new_word.append(word[i])
+            i += 1
+    return new_word
+
+
+def run_merge(fn, args):
+    out = fn(*args)
+    if not isinstance(out, (list, tuple)) or not all(type(i) is int for i in out):
+        raise OutputError(f"merge_pair returned a {type(out).__name__}: expected a list of ints")
+    return torch.tensor(list(out), dtype=torch.long)
+
+
+def _merge_case(ids=None, pair=None, n=0, alphabet=4, plant=()):
+    def make(g):
+        if ids is not None:
+            return list(ids), tuple(pair), 99
+        seq = torch.randint(alphabet, (n,), generator=g).tolist()
+        for at in plant:  # make sure the pair occurs where the case needs it
+            seq[at:at + 2] = [0, 1]
+        return seq, (0, 1), alphabet
+
+    return make
+
+
+MERGE_CASES = [
+    Case("by hand: h e l l o with pair (l, l)", _merge_case([7, 4, 11, 11, 14], (11, 11))),
+    Case("random ids, several occurrences of (0, 1)", _merge_case(n=30, plant=(3, 10, 20))),
+    Case("a run a a a a a with pair (a, a)", _merge_case([3, 3, 3, 3, 3], (3, 3)),
+         hint="Occurrences do not overlap: scan left to right, and after a merge skip both "
+              "tokens, so (a, a, a, a, a) becomes (new, new, a)."),
+    Case("the pair is the last two tokens", _merge_case([5, 2, 8, 2, 8], (2, 8)),
+         hint="Check the last two tokens too, and keep the last token when it is not merged."),
+    Case("the pair in the other order is not merged", _merge_case([8, 2, 2, 8, 8, 2], (2, 8)),
+         hint="A pair is ordered: (a, b) is merged, (b, a) is not."),
+    Case("no occurrence: the same ids come back", _merge_case([1, 2, 3, 1], (3, 2))),
+    Case("ids of several digits: pair (1, 1) in 1 11 1 1 11 1 1", _merge_case(
+        [1, 11, 1, 1, 11, 1, 1], (1, 1)), hint="Compare ids as whole numbers, token by token: "
+         "joined into a string, '1 11 1 1 11 1 1' holds '1 1' where a 1 meets the digits of 11."),
+    Case("one token", _merge_case([6], (6, 6)),
+         hint="A single token has no pair: return it unchanged."),
+]
+
+
+def _merge_only_first(ids, pair, new_id):
+    ids = list(ids)
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return ids
+
+
+def _merge_step_one(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+        else:
+            out.append(ids[i])
+        i += 1
+    return out
+
+
+def _merge_drop_last(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_right_to_left(ids, pair, new_id):
+    out, i = [], len(ids) - 1
+    while i >= 0:
+        if i >= 1 and (ids[i - 1], ids[i]) == tuple(pair):
+            out.append(new_id)
+            i -= 2
+        else:
+            out.append(ids[i])
+            i -= 1
+    return out[::-1]
+
+
+def _merge_unordered(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and {ids[i], ids[i + 1]} == set(pair) and (
+                ids[i] != ids[i + 1] or pair[0] == pair[1]):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+# ----------------------------------------------------------------------------- 07.2 top_p_filter
+
+
+def hf_top_p(logits, p):
+    """The authority: Hugging Face's ``TopPLogitsWarper`` (which takes (B, V) scores)."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    flat = logits.reshape(-1, logits.shape[-1])
+    return TopPLogitsWarper(top_p=p)(None, flat).reshape(logits.shape)
+
+
+def _top_p_case(shape=None, p=0.8, probs=None, scale=1.0):
+    def make(g):
+        if probs is not None:
+            return torch.tensor(probs).log()[None], p
+        while True:  # no cumulative sum within 1e-3 of p: the nucleus is well defined
+            logits = scale * torch.randn(shape, generator=g)
+            sums = logits.softmax(-1).sort(-1, descending=True).values.cumsum(-1)
+            if ((sums[..., :-1] - p).abs() > 1e-3).all():
+                return logits, p
+
+    return make
+
+
+TOP_P_CASES = [
+    Case("by hand: probabilities (0.5, 0.3, 0.15, 0.05), p = 0.9",
+         _top_p_case(probs=[0.5, 0.3, 0.15, 0.05], p=0.9)),
+    Case("the token that crosses p is kept: (0.4, 0.35, 0.25), p = 0.5",
+         _top_p_case(probs=[0.4, 0.35, 0.25], p=0.5),
+         hint="Keep the smallest set whose probabilities sum to at least p: the token that makes "
+              "the sum reach p is in the nucleus (0.4 < 0.5, so 0.35 is kept too)."),
+    Case("tokens in vocabulary order, B=4, V=10, p = 0.8", _top_p_case((4, 10), 0.8),
+         hint="Sort to find the nucleus, then put the mask back in vocabulary order "
+              "(scatter with the sort's indices): return logits in the input's order."),
+    Case("p smaller than the top probability: one token", _top_p_case((3, 12), 0.05),
+         hint="The most probable token is always kept, even when its probability alone exceeds p."),
+    Case("p = 1 keeps every token", _top_p_case((2, 7), 1.0)),
+    Case("(B, N, V) logits, p = 0.6", _top_p_case((2, 3, 9), 0.6),
+         hint="Filter along the last axis (the vocabulary), whatever the leading axes."),
+    Case("large logits (×30)", _top_p_case((2, 16), 0.9, scale=30.0),
+         hint="Compute the probabilities with softmax (stable for large logits)."),
+    Case("very large logits (×100)", _top_p_case((3, 12), 0.9, scale=100.0),
+         hint="Compute the probabilities with softmax, which subtracts the row's maximum first: "
+              "exp of a logit near 300 overflows float32 to inf."),
+]
+
+
+def _top_p_variant(*, strict=False, sorted_out=False, fill=-math.inf, probs_out=False,
+                   ascending=False):
+    def top_p_filter(logits, p):
+        sorted_logits, order = logits.sort(dim=-1, descending=not ascending)
+        probs = sorted_logits.softmax(dim=-1)
+        cum = probs.cumsum(dim=-1)
+        drop = cum > p if strict else (cum - probs) >= p
+        if not strict:
+            drop[..., 0] = False
+        if sorted_out:
+            return sorted_logits.masked_fill(drop, fill)
+        drop = drop.scatter(-1, order, drop)
+        if probs_out:
+            return logits.softmax(dim=-1).masked_fill(drop, 0.0)
+        return logits.masked_fill(drop, fill)
+
+    return top_p_filter
+
+
+# ----------------------------------------------------------------------------- 07.7 next_token_loss
+
+
+def hf_next_token_loss(logits, ids, pad_id=0):
+    """The authority: ``GPT2LMHeadModel``'s loss with ``labels=ids`` (``ForCausalLMLoss``, which
+    shifts the labels by one and ignores -100), the padding targets mapped to -100."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    labels = ids.masked_fill(ids == pad_id, -100)
+    return ForCausalLMLoss(logits, labels, vocab_size=logits.shape[-1])
+
+
+def _loss_case(B, N, V, *, pad_id=0, lengths=None, scale=2.0):
+    """logits (B, N, V) of spread ``scale``; ids with real tokens drawn from every id but
+    ``pad_id`` (0 included when it is not the padding), each row padded after ``lengths[b]``."""
+    def make(g):
+        logits = scale * torch.randn(B, N, V, generator=g)
+        ids = torch.randint(V - 1, (B, N), generator=g)
+        ids = ids + (ids >= pad_id).long()  # every id but pad_id
+        if lengths is not None:
+            pad = torch.arange(N)[None] >= torch.tensor(lengths)[:, None]
+            ids = ids.masked_fill(pad, pad_id)
+        return logits, ids, pad_id
+
+    return make
+
+
+LOSS_CASES = [
+    Case("B=3, N=8, |V|=11, no padding", _loss_case(3, 8, 11)),
+    Case("right-padded sentences (pad_id = 0)", _loss_case(4, 9, 10, lengths=[9, 5, 7, 3]),
+         hint="A target that is padding (ids[:, t+1] == pad_id) adds nothing to the loss: leave "
+              "it out of the sum and out of the count (ignore_index=pad_id)."),
+    Case("pad_id = 3, and the id 0 is a real token", _loss_case(3, 8, 9, pad_id=3,
+                                                                  lengths=[8, 4, 6]),
+         hint="Skip the targets equal to the pad_id argument, whatever its value (here 3), and "
+              "only those: 0 is then an id like any other."),
+    Case("B=1, N=10, |V|=7", _loss_case(1, 10, 7)),
+    Case("N=2: one target per sentence", _loss_case(5, 2, 8),
+         hint="Position t predicts the next id: with N=2 the logits of position 0 are scored "
+              "against ids[:, 1], and the last position's logits predict nothing."),
+    Case("logits of magnitude about 300", _loss_case(2, 7, 12, lengths=[7, 5], scale=100.0),
+         hint="With logits this large, exp overflows and the softmax of a wrong id underflows "
+              "to 0, whose log is −∞: take log-probabilities with F.log_softmax (or use "
+              "F.cross_entropy), which subtracts the largest logit first."),
+    Case("a sentence with only padding after its first token",
+         _loss_case(4, 7, 9, lengths=[7, 1, 5, 6]),
+         hint="Average over every non-padding target of the batch at once: a sentence whose "
+              "targets are all padding adds nothing, to the sum or to the count."),
+]
+
+
+def _loss_variant(*, shift=1, ignore=True, reduction="mean"):
+    """A wrong ``next_token_loss``, one bug switched on by the arguments."""
+
+    def next_token_loss(logits, ids, pad_id=0):
+        if shift == 1:
+            z, y = logits[:, :-1], ids[:, 1:]
+        elif shift == -1:
+            z, y = logits[:, 1:], ids[:, :-1]
+        else:
+            z, y = logits, ids
+        return F.cross_entropy(z.flatten(0, 1), y.flatten(), reduction=reduction,
+                               ignore_index=pad_id if ignore else -100)
+
+    return next_token_loss
+
+
+def _loss_per_sentence(logits, ids, pad_id=0):
+    """The mean over each sentence's targets, then over the sentences."""
+    y = ids[:, 1:]
+    nll = -F.log_softmax(logits[:, :-1], dim=-1).gather(-1, y[..., None])[..., 0]
+    keep = (y != pad_id).float()
+    return ((nll * keep).sum(1) / keep.sum(1)).mean()
+
+
+LOSS_MUTANTS = [
+    Mutant("no shift", _loss_variant(shift=0),
+           "You score position t's logits against ids[:, t], the token the model has just read. "
+           "Position t predicts the next one: compare logits[:, :-1] with ids[:, 1:]."),
+    Mutant("shifted the wrong way", _loss_variant(shift=-1),
+           "You score position t + 1's logits against ids[:, t], the token before it. Shift the "
+           "other way: logits[:, :-1] predict ids[:, 1:]."),
+    Mutant("padding not ignored", _loss_variant(ignore=False),
+           "Your loss counts the padding targets. Leave out every target equal to pad_id "
+           "(F.cross_entropy's ignore_index=pad_id): padding is not text to predict."),
+    Mutant("sum instead of mean", _loss_variant(reduction="sum"),
+           "Your loss is the sum of the targets' cross-entropies; it is their mean over the "
+           "non-padding targets (a sum would make the step size grow with the batch and the "
+           "length)."),
+    Mutant("mean per sentence, then over sentences", _loss_per_sentence,
+           "You average within each sentence and then over the sentences, which weighs a short "
+           "sentence's targets more than a long one's (and divides by 0 for a sentence with no "
+           "target). Take one mean over every non-padding target of the batch at once."),
+]
+
+SUITES = [
+    Suite(
+        exercise="07.1",
+        name="merge_pair",
+        points=2,
+        reference=gpt2_merge,
+        solution=bpe.merge_pair,
+        call=run_merge,
+        arg_names=("ids", "pair", "new_id"),
+        cases=MERGE_CASES,
+        hint="Walk through ids with an index i: where ids[i], ids[i + 1] is the pair, append "
+             "new_id and step by 2; otherwise append ids[i] and step by 1.",
+        mutants=[
+            Mutant("only the first occurrence", _merge_only_first,
+                   "Merge every occurrence of the pair, not only the first one."),
+            Mutant("steps by one after a merge", _merge_step_one,
+                   "After merging ids[i], ids[i + 1], continue at i + 2: the second token of the "
+                   "pair is part of the new symbol and must not be emitted again."),
+            Mutant("drops the last token", _merge_drop_last,
+                   "Your loop stops one token early: when the last token is not part of a merge "
+                   "it must still be in the output."),
+            Mutant("scans right to left", _merge_right_to_left,
+                   "Scan left to right: in a run (a, a, a) the first two tokens merge, giving "
+                   "(new, a), not (a, new)."),
+            Mutant("unordered pair", _merge_unordered,
+                   "The pair is ordered: merge (a, b), leave (b, a) alone."),
+        ],
+    ),
+    Suite(
+        exercise="07.2",
+        name="top_p_filter",
+        points=3,
+        reference=hf_top_p,
+        solution=decoding.top_p_filter,
+        arg_names=("logits", "p"),
+        cases=TOP_P_CASES,
+        hint="Sort the probabilities in descending order, accumulate them, drop a token when the "
+             "tokens before it already sum to p, always keep the first, and set the dropped "
+             "tokens' logits to -inf in vocabulary order.",
+        mutants=[
+            Mutant("drops the token that crosses p", _top_p_variant(strict=True),
+                   "You drop the token whose probability makes the sum pass p, so the kept mass "
+                   "is below p (and nothing is kept when the top token alone exceeds p). Drop a "
+                   "token only when the tokens before it already reach p: cumsum − prob ≥ p."),
+            Mutant("returns the sorted logits", _top_p_variant(sorted_out=True),
+                   "You return the logits in sorted order. Scatter the mask back to vocabulary "
+                   "order (mask.scatter(-1, order, mask)) and fill the original logits."),
+            Mutant("zero instead of -inf", _top_p_variant(fill=0.0),
+                   "A dropped token's logit must be -inf (probability 0 after softmax); a logit "
+                   "of 0 keeps it in play."),
+            Mutant("returns probabilities", _top_p_variant(probs_out=True),
+                   "Return logits with -inf outside the nucleus, not probabilities: the sampler "
+                   "applies the softmax."),
+            Mutant("ascending sort", _top_p_variant(ascending=True),
+                   "Sort in descending order: the nucleus is made of the *most* probable tokens."),
+        ],
+    ),
+    Suite(
+        exercise="07.7",
+        name="next_token_loss",
+        points=2,
+        reference=hf_next_token_loss,
+        solution=tiny_transformer.next_token_loss,
+        arg_names=("logits", "ids", "pad_id"),
+        grad=("logits",),
+        cases=LOSS_CASES,
+        hint="Drop the last position's logits and the first id (logits[:, :-1] predict "
+             "ids[:, 1:]), flatten (B, N − 1) into one axis, and take the mean cross-entropy "
+             "over the targets that are not pad_id.",
+        mutants=LOSS_MUTANTS,
+    ),
+]

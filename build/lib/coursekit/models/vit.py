@@ -1,0 +1,168 @@
+"""The Vision Transformer (Dosovitskiy et al., 2021): an image read as a sequence of patches.
+
+An image (B, C, H, W) is cut into N = (H/P)·(W/P) square patches of P x P pixels; each patch,
+flattened to C·P·P numbers, is mapped linearly to a d_model-vector (the *patch embedding*). A
+learned ``[CLS]`` vector is put in front, learned position embeddings are added, and the
+sequence of N + 1 tokens goes through the Pre-LN encoder of Chapter 6
+(:class:`coursekit.transformer.Encoder`). The classifier reads the final ``[CLS]`` token.
+
+Patch order (the book's convention, and that of a strided ``nn.Conv2d`` followed by
+``flatten(2).transpose(1, 2)``): patches in row-major order over the (H/P) x (W/P) grid, and
+inside a patch the features in the order (channel, row, column) -- ``F.unfold``'s order.
+
+Weight-compatible with ``transformers.ViTForImageClassification`` (:func:`vit_from_hf`) and,
+with ``pre_norm=True, patch_bias=False``, with the vision tower of ``transformers.CLIPModel``
+(see :mod:`coursekit.models.clip`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from coursekit.transformer import Encoder, LayerNorm
+
+
+def patchify(images: Tensor, patch_size: int) -> Tensor:
+    """images: (B, C, H, W) -> patches (B, N, C·P·P), N = (H/P)·(W/P).
+
+    Patch n = r·(W/P) + c is the one at grid row r, column c (row-major); its features are in the
+    order (channel, pixel row, pixel column), as in ``F.unfold`` and in a Conv2d's flattened
+    weight (d_model, C, P, P) -> (d_model, C·P·P).
+    """
+    B, C, H, W = images.shape
+    P = patch_size
+    if H % P or W % P:
+        raise ValueError(f"image {H}x{W} is not divisible into {P}x{P} patches")
+    x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, rows, P, cols, P)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, P, P)
+    return x.reshape(B, (H // P) * (W // P), C * P * P)
+
+
+class PatchEmbedding(nn.Module):
+    """A linear map of each flattened patch to d_model, written as a Conv2d with kernel = stride
+    = P (one output position per patch; the same numbers as ``patchify(x) @ W.T + b`` with
+    W = ``proj.weight.flatten(1)``). (B, C, H, W) -> (B, N, d_model)."""
+
+    def __init__(self, patch_size: int, in_channels: int, d_model: int, bias: bool = True) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size,
+                              bias=bias)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, d_model, rows, cols) -> (B, N, d_model)
+
+
+class ViT(nn.Module):
+    """Patch embedding, ``[CLS]`` + learned positions, Pre-LN encoder, final LayerNorm, head.
+
+    z_0 = [x_cls; x_1 E; ...; x_N E] + E_pos,  z_ℓ = Block_ℓ(z_{ℓ-1}),  y = head(LN(z_L)[0]).
+
+    ``pre_norm`` adds CLIP's LayerNorm on z_0 (before the first block); ``patch_bias=False`` is
+    CLIP's bias-free patch projection; ``n_classes=None`` leaves the head out and ``forward``
+    returns the normalised ``[CLS]`` vector (B, d_model), which CLIP projects.
+    HF ViT's defaults are the exact GELU and LayerNorm ε = 1e-12.
+    """
+
+    def __init__(self, image_size: int = 8, patch_size: int = 2, in_channels: int = 1,
+                 d_model: int = 64, n_heads: int = 4, n_layers: int = 4, d_ff: int | None = None,
+                 n_classes: int | None = 10, dropout: float = 0.0, activation: str = "gelu",
+                 eps: float = 1e-12, pre_norm: bool = False, patch_bias: bool = True) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"image_size={image_size} is not a multiple of patch_size={patch_size}")
+        self.image_size, self.patch_size = image_size, patch_size
+        self.n_patches = (image_size // patch_size) ** 2
+        self.patch_embed = PatchEmbedding(patch_size, in_channels, d_model, bias=patch_bias)
+        self.cls_token = nn.Parameter(0.02 * torch.randn(1, 1, d_model))
+        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, self.n_patches + 1, d_model))
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = LayerNorm(d_model, eps) if pre_norm else None
+        self.encoder = Encoder(n_layers, d_model, n_heads, d_ff or 4 * d_model, dropout,
+                               activation, norm_first=True, final_norm=True, eps=eps)
+        self.head = nn.Linear(d_model, n_classes) if n_classes else None
+
+    def embed(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> z_0: (B, N + 1, d_model), the [CLS] token first."""
+        patches = self.patch_embed(images)  # (B, N, d_model)
+        cls = self.cls_token.expand(images.shape[0], -1, -1)  # (B, 1, d_model)
+        z = self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embed)
+        return self.pre_norm(z) if self.pre_norm is not None else z
+
+    def features(self, images: Tensor, need_weights: bool = False,
+                 ) -> tuple[Tensor, list[Tensor] | None]:
+        """(B, C, H, W) -> LN(z_L): (B, N + 1, d_model) and, with ``need_weights``, every
+        layer's attention weights (B, H, N + 1, N + 1)."""
+        return self.encoder(self.embed(images), need_weights=need_weights)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> logits (B, n_classes), or the [CLS] vector (B, d_model) without head."""
+        cls = self.features(images)[0][:, 0]  # (B, d_model)
+        return self.head(cls) if self.head is not None else cls
+
+
+def attention_rollout(weights: list[Tensor], residual: float = 0.5) -> Tensor:
+    """Abnar & Zuidema's (2020) attention rollout: how much each output token draws on each input
+    token through all layers, attention and residual paths together.
+
+    Per layer, average the heads and mix in the residual: Â_ℓ = residual·I + (1 − residual)·Ā_ℓ
+    (rows still sum to 1); then R = Â_L ··· Â_1. weights: per layer (B, H, N, N) -> R (B, N, N).
+    """
+    rollout = None
+    for w in weights:
+        a = w.mean(dim=1)  # (B, N, N): heads averaged
+        a = residual * torch.eye(a.shape[-1], device=a.device) + (1 - residual) * a
+        rollout = a if rollout is None else a @ rollout
+    return rollout
+
+
+# ----------------------------------------------------------------------------- Hugging Face
+
+
+def encoder_layers_from_hf(layers: nn.ModuleList, *, clip: bool) -> dict[str, Tensor]:
+    """The blocks of a HF ViT (``clip=False``) or CLIP encoder (``clip=True``), transformers 5.x, under
+    coursekit's names: q, k, v concatenated into the packed ``in_proj`` (W^Q; W^K; W^V)."""
+    state = {}
+    for i, layer in enumerate(layers):
+        if clip:
+            a = layer.self_attn
+            qkv, out = [a.q_proj, a.k_proj, a.v_proj], a.out_proj
+            norm1, norm2 = layer.layer_norm1, layer.layer_norm2
+        else:
+            a = layer.attention
+            qkv, out = [a.q_proj, a.k_proj, a.v_proj], a.o_proj
+            norm1, norm2 = layer.layernorm_before, layer.layernorm_after
+        fc1, fc2 = layer.mlp.fc1, layer.mlp.fc2
+        p = f"encoder.layers.{i}."
+        state[p + "self_attn.in_proj.weight"] = torch.cat([m.weight for m in qkv])
+        state[p + "self_attn.in_proj.bias"] = torch.cat([m.bias for m in qkv])
+        state[p + "self_attn.out_proj.weight"], state[p + "self_attn.out_proj.bias"] = out.weight, out.bias
+        state[p + "norm1.weight"], state[p + "norm1.bias"] = norm1.weight, norm1.bias
+        state[p + "norm2.weight"], state[p + "norm2.bias"] = norm2.weight, norm2.bias
+        state[p + "ff.linear1.weight"], state[p + "ff.linear1.bias"] = fc1.weight, fc1.bias
+        state[p + "ff.linear2.weight"], state[p + "ff.linear2.bias"] = fc2.weight, fc2.bias
+    return state
+
+
+def vit_from_hf(hf_model: nn.Module) -> ViT:
+    """A coursekit :class:`ViT` carrying the weights of a ``transformers.ViTForImageClassification``
+    (qkv_bias=True, exact GELU, no pooler)."""
+    cfg = hf_model.config
+    if cfg.hidden_act != "gelu":
+        raise ValueError(f"hidden_act={cfg.hidden_act!r}: coursekit's ViT uses the exact GELU")
+    model = ViT(cfg.image_size, cfg.patch_size, cfg.num_channels, cfg.hidden_size,
+                cfg.num_attention_heads, cfg.num_hidden_layers, cfg.intermediate_size,
+                cfg.num_labels, eps=cfg.layer_norm_eps)
+    vit = hf_model.vit
+    emb = vit.embeddings
+    state = {
+        "patch_embed.proj.weight": emb.patch_embeddings.projection.weight,
+        "patch_embed.proj.bias": emb.patch_embeddings.projection.bias,
+        "cls_token": emb.cls_token, "pos_embed": emb.position_embeddings,
+        "encoder.norm.weight": vit.layernorm.weight, "encoder.norm.bias": vit.layernorm.bias,
+        "head.weight": hf_model.classifier.weight, "head.bias": hf_model.classifier.bias,
+        **encoder_layers_from_hf(vit.layers, clip=False),
+    }
+    model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+    return model.eval()

@@ -1,0 +1,90 @@
+"""One small training loop for every chapter: a progress bar, a loss history, nothing hidden."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass
+class History:
+    """Loss per step (and any metric a callback records), for plotting and for assertions."""
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+
+    def log(self, name: str, step: int, value: float) -> None:
+        self.metrics.setdefault(name, []).append((step, float(value)))
+
+    def smoothed(self, window: int = 20) -> list[float]:
+        """Running mean of the loss over the last ``window`` steps."""
+        out, total = [], 0.0
+        for i, value in enumerate(self.loss):
+            total += value
+            if i >= window:
+                total -= self.loss[i - window]
+            out.append(total / min(i + 1, window))
+        return out
+
+
+def warmup_cosine(steps: int, warmup: int) -> Callable[[int], float]:
+    """The learning-rate factor at step s = 1..steps: linear warm-up over ``warmup`` steps, then
+    half a cosine from 1 down to 0 at ``steps``, ``min(1, s/warmup) * (1 + cos(π s/steps)) / 2``."""
+    return lambda s: min(1.0, s / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+
+
+def fit(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    batches: Callable[[int], Any],
+    *,
+    steps: int,
+    lr: float = 1e-3,
+    optimizer: torch.optim.Optimizer | None = None,
+    clip: float | None = 1.0,
+    lr_schedule: Callable[[int], float] | None = None,
+    every: int = 0,
+    callback: Callable[[int, History], None] | None = None,
+    desc: str = "training",
+) -> History:
+    """Train ``model`` for ``steps`` steps of Adam(W) and return the loss history.
+
+    ``batches(step)`` returns the batch for a step (generated data needs no DataLoader);
+    ``loss_fn(model, batch)`` returns a scalar loss. Gradients are clipped to a global norm of
+    ``clip`` (None: not clipped). ``lr_schedule(step)`` multiplies the optimizer's learning rate
+    at step 1, 2, ... (warm-up, decay), through ``torch.optim.lr_scheduler.LambdaLR``.
+    ``callback(step, history)`` runs every ``every`` steps (evaluation, logging a metric).
+    """
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    scheduler = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda done: lr_schedule(done + 1))  # LambdaLR counts the steps done
+    history = History()
+    model.train()
+    bar = tqdm(range(1, steps + 1), desc=desc, leave=False, mininterval=0.5)
+    for step in bar:
+        loss = loss_fn(model, batches(step))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        history.step.append(step)
+        history.loss.append(loss.item())
+        if step % 25 == 0 or step == steps:
+            bar.set_postfix(loss=f"{history.smoothed()[-1]:.4f}")
+        if callback is not None and every and (step % every == 0 or step == steps):
+            model.eval()
+            with torch.no_grad():
+                callback(step, history)
+            model.train()
+    bar.close()
+    model.eval()
+    return history

@@ -1,0 +1,256 @@
+"""``coursekit validate``: every chapter, both editions, under nbval, in one profile and any seeds.
+
+The README's ``pytest`` proves the quick profile under the book's own seed on every commit. This
+command proves the rest:
+
+- ``coursekit validate --profile full`` runs every notebook of both editions with the full
+  profile's budgets, on whatever device torch finds (the GPU runner runs exactly this);
+- ``coursekit validate --seeds 0-4`` runs them under five draws of every seeded experiment
+  (``COURSEKIT_SEED``, see :func:`coursekit.seed`): an asserted result must hold under each.
+
+Each run is nbval (``--nbval-lax``: every cell must run without error, every assertion must hold,
+``# NBVAL_CHECK_OUTPUT`` cells must reproduce their stored output) over one notebook in a fresh
+kernel, with a per-cell time limit. One progress line per notebook; a JSON report with, per
+notebook, the device, torch version, seed, seconds and cells passed and failed; and, for every
+``assert`` that compares numbers, its margin under each seed (:mod:`coursekit.margins`), also as a
+Markdown table (``margins.md`` beside the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from coursekit import margins
+from coursekit.book import ROOT
+
+EDITIONS = {"instructor": "solutions", "student": "notebooks"}
+CELL_TIMEOUT = {"quick": 300, "full": 600}  # seconds per cell; the full profile's longest cells
+
+
+@dataclass
+class Run:
+    notebook: str
+    edition: str
+    profile: str
+    seed: int
+    device: str
+    torch: str
+    seconds: float
+    cells_passed: int
+    cells_failed: int
+    cells_skipped: int
+    failure: str = ""
+    assert_log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.cells_failed == 0 and self.cells_passed > 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"0,2"`` -> [0, 2]."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"--seeds {text!r}: expected e.g. 0-4 or 0,2,3")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def device_description() -> tuple[str, str]:
+    """(device, torch version) as the notebooks will see them."""
+    import torch
+
+    if torch.cuda.is_available():
+        device = f"cuda: {torch.cuda.get_device_name(0)}"
+    else:
+        device = f"cpu: {os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+    return device, torch.__version__
+
+
+def notebooks(only: list[str] | None, editions: list[str], root: Path = ROOT) -> list[Path]:
+    """The chapters in book order, each in the chosen editions; ``only`` keeps name prefixes."""
+    names = sorted(p.name for p in (root / "solutions").glob("*.ipynb"))
+    if only:
+        names = [n for n in names if any(n.startswith(o) for o in only)]
+        if not names:
+            raise ValueError(f"no chapter matches {' '.join(only)}")
+    return [root / EDITIONS[e] / n for n in names for e in editions]
+
+
+def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tuple[str, str],
+            assert_log: Path | None = None) -> Run:
+    """nbval over one notebook in a fresh kernel; the verdict per cell from its JUnit XML. With
+    ``assert_log``, the margins of its assertions are appended there (JSON lines)."""
+    env = dict(os.environ, COURSEKIT_PROFILE=profile, COURSEKIT_SEED=str(seed), TQDM_DISABLE="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        if assert_log is not None:
+            assert_log.parent.mkdir(parents=True, exist_ok=True)
+            assert_log.write_text("")
+            env.update(IPYTHONDIR=str(margins.ipython_dir(Path(tmp) / "ipython")),
+                       **{margins.LOG_ENV: str(assert_log), margins.NOTEBOOK_ENV: path.stem})
+        xml = Path(tmp) / "cells.xml"
+        command = [sys.executable, "-m", "pytest", str(path), "-o", "addopts=", "-q",
+                   "-p", "no:cacheprovider", "--nbval-lax", f"--nbval-cell-timeout={cell_timeout}",
+                   f"--junitxml={xml}"]
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        passed = failed = skipped = 0
+        failure = ""
+        if xml.exists():
+            for case in ET.parse(xml).getroot().iter("testcase"):
+                bad = case.find("failure")
+                if bad is None:
+                    bad = case.find("error")
+                if bad is not None:
+                    failed += 1
+                    if not failure:
+                        text = (bad.get("message") or "") + "\n" + (bad.text or "")
+                        failure = f"{case.get('name')}: " + _tail(text)
+                elif case.find("skipped") is not None:
+                    skipped += 1
+                else:
+                    passed += 1
+        if not xml.exists() or (passed + failed == 0):
+            failed = max(failed, 1)
+            failure = failure or "nbval did not run: " + _tail(proc.stdout + proc.stderr)
+    edition = next(e for e, folder in EDITIONS.items() if path.parent.name == folder)
+    return Run(path.stem, edition, profile, seed, device[0], device[1], round(seconds, 1),
+               passed, failed, skipped, failure, str(assert_log or ""))
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    text = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text)  # colours, raw or as JUnit XML escapes them
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+def validate(profile: str, seeds: list[int], editions: list[str], only: list[str] | None = None,
+             cell_timeout: int | None = None, jobs: int = 1, report: Path | None = None,
+             stream=None) -> list[Run]:
+    """Run every chosen notebook under every seed; print a line each; write the JSON report."""
+    stream = stream or sys.stdout
+    cell_timeout = cell_timeout or CELL_TIMEOUT[profile]
+    device = device_description()
+    todo = [(seed, path) for path in notebooks(only, editions) for seed in seeds]  # notebook by notebook
+    print(f"coursekit validate: {len(todo)} notebook run(s), profile {profile}, seeds "
+          f"{','.join(map(str, seeds))}, {cell_timeout} s per cell, on {device[0]} "
+          f"(torch {device[1]})", file=stream, flush=True)
+    runs: list[Run] = []
+    start = time.perf_counter()
+
+    logs = (report or Path(tempfile.mkdtemp())).resolve().parent / "asserts"  # kernels run elsewhere
+
+    def one(item: tuple[int, Path]) -> Run:
+        seed, path = item
+        log = logs / f"{profile}-{path.parent.name}-{path.stem}-seed{seed}.jsonl"
+        run = run_one(path, profile, seed, cell_timeout, device, log)
+        runs.append(run)
+        cells = f"{run.cells_passed}/{run.cells_passed + run.cells_failed} cells passed"
+        print(f"[{len(runs):>3}/{len(todo)}] seed {run.seed}  {run.notebook:<34} {run.edition:<10} "
+              f"{run.seconds:7.1f} s  {cells}" + ("" if run.ok else "  FAILED"),
+              file=stream, flush=True)
+        if not run.ok:
+            print("      " + run.failure.replace("\n", "\n      "), file=stream, flush=True)
+        return run
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, todo))
+    total = time.perf_counter() - start
+    failed = [r for r in runs if not r.ok]
+    print(f"{len(runs) - len(failed)} passed, {len(failed)} failed ({total:.0f} s in all)",
+          file=stream, flush=True)
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        order = {(s, p.stem, p.parent.name): i for i, (s, p) in enumerate(todo)}
+        runs.sort(key=lambda r: order[(r.seed, r.notebook, EDITIONS[r.edition])])
+        table = assert_margins(runs)
+        report.write_text(json.dumps({
+            "profile": profile, "seeds": seeds, "cell_timeout_s": cell_timeout,
+            "device": device[0], "torch": device[1], "python": platform.python_version(),
+            "total_seconds": round(total, 1), "passed": not failed,
+            "runs": [asdict(r) | {"ok": r.ok} for r in runs], "margins": table}, indent=1) + "\n")
+        (report.parent / "margins.md").write_text(margins_markdown(table, profile))
+        (report.parent / "summary.md").write_text(summary_markdown(runs))
+    return runs
+
+
+def summary_markdown(runs: list[Run]) -> str:
+    """One row per notebook and edition: runs passed over the seeds, and their times."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in runs:
+        groups.setdefault((run.notebook, run.edition), []).append(run)
+    lines = ["| notebook | edition | seeds passed | seconds (min–max) |", "| --- | --- | ---: | ---: |"]
+    for (notebook, edition), group in groups.items():
+        ok = sum(r.ok for r in group)
+        times = [r.seconds for r in group]
+        lines.append(f"| {notebook} | {edition} | {ok}/{len(group)} | {min(times):.0f}–{max(times):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def assert_margins(runs: list[Run]) -> list[dict]:
+    """Every numeric assertion of every notebook and edition, with its margin under each seed."""
+    by_notebook: dict[tuple[str, str], dict[int, Path]] = {}
+    for run in runs:
+        if run.assert_log:
+            by_notebook.setdefault((run.notebook, run.edition), {})[run.seed] = Path(run.assert_log)
+    rows = []
+    for (_, edition), logs in sorted(by_notebook.items()):
+        rows += [row | {"edition": edition} for row in margins.summarise(logs)]
+    return rows
+
+
+def margins_markdown(table: list[dict], profile: str) -> str:
+    """One row per assertion: its tightest and loosest margin over the seeds, and the values
+    compared under the seed with the tightest margin."""
+    lines = [f"| notebook | edition | assertion ({profile} profile) | seeds | smallest margin | "
+             "largest margin | values at the smallest |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    for row in table:
+        tight = min(row["per_seed"].values(), key=lambda v: v["margin"])
+        shown = " ".join(f"{v:.4g}" if v is not None else "?" for v in tight["values"])
+        text = row["assert"].replace("|", "\\|")
+        lines.append(f"| {row['notebook']} | {row['edition']} | `{text}` | {len(row['seeds'])} | "
+                     f"{row['min_margin']:.4g} | {row['max_margin']:.4g} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", choices=["quick", "full"], default="quick")
+    parser.add_argument("--seeds", default="0", help="draws of every seeded experiment, e.g. 0-4 "
+                        "(COURSEKIT_SEED; 0 is the book's own run)")
+    parser.add_argument("--edition", choices=["both", *EDITIONS], default="both")
+    parser.add_argument("--only", nargs="*", metavar="NN", help="chapter prefixes, e.g. 02b 07")
+    parser.add_argument("--cell-timeout", type=int, default=None,
+                        help=f"seconds per cell (default: {CELL_TIMEOUT['quick']} quick, "
+                             f"{CELL_TIMEOUT['full']} full)")
+    parser.add_argument("--jobs", "-j", type=int, default=1,
+                        help="notebooks run at once (timings are only comparable at 1)")
+    parser.add_argument("--report", type=Path, default=Path("_build/validate/report.json"),
+                        help="the JSON report (default _build/validate/report.json)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        seeds = parse_seeds(args.seeds)
+        editions = list(EDITIONS) if args.edition == "both" else [args.edition]
+        runs = validate(args.profile, seeds, editions, args.only, args.cell_timeout, args.jobs,
+                        args.report)
+    except ValueError as err:
+        print(f"coursekit validate: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {args.report}")
+    return 0 if all(r.ok for r in runs) else 1
