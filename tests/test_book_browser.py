@@ -527,6 +527,10 @@ def test_every_page_passes_the_axe_accessibility_audit(browser, base_url, pages)
     """axe-core on every page once its math is typeset: no serious or critical violation (a
     toggle or control without a name, a broken ARIA structure, ...). Moderate and minor ones are
     printed (`pytest -s`), with the rule, the impact and the element."""
+    audit(browser, base_url, pages, "instructor")
+
+
+def audit(browser, base_url: str, pages: list[str], edition: str) -> None:
     failures, lesser = {}, {}
     for path in pages:
         visit = Visit(browser, base_url, path)
@@ -540,10 +544,10 @@ def test_every_page_passes_the_axe_accessibility_audit(browser, base_url, pages)
         if len(blocking) < len(violations):
             lesser[path] = axe_report([v for v in violations if v not in blocking])
     for path, lines in lesser.items():
-        print(f"axe, {path}:\n  " + "\n  ".join(lines))
+        print(f"axe, {edition} edition, {path}:\n  " + "\n  ".join(lines))
     report = "\n".join(f"{path}:\n  " + "\n  ".join(lines) for path, lines in failures.items())
-    assert not failures, (f"{len(failures)} of {len(pages)} pages have serious or critical "
-                          f"accessibility violations:\n{report}")
+    assert not failures, (f"{len(failures)} of {len(pages)} pages of the {edition} edition have "
+                          f"serious or critical accessibility violations:\n{report}")
 
 
 # The markup the theme, docutils and myst-nb write (as in the built pages), which the audit flagged
@@ -635,3 +639,37 @@ def test_a_chapter_of_the_built_book_prints_to_pdf_with_its_title_and_figures(bu
     assert title and re.sub(r"\s+", " ", title) in text
     images = sum(len(page.images) for page in reader.pages)
     assert images >= len(figures) > 0, (images, len(figures))
+
+
+# ---------------------------------------------------------------------------------------------
+# The student edition: the same audit on every page. It is built last, from the executions nbval
+# made of notebooks/ on the other worker (``_build/student/.jupyter_cache``); a chapter missing
+# there is executed by the build.
+
+STUDENT_SITE = ROOT / "_build" / "student" / "html"
+
+
+@pytest.fixture(scope="module")
+def student_site(build_log: str):
+    proc = subprocess.run(
+        [sys.executable, "-m", "coursekit.cli", "book", "--edition", "student", "--all"],
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"the student edition did not build:\n{log[-6000:]}"
+    handler = functools.partial(_QuietHandler, directory=str(STUDENT_SITE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    pages = sorted(p.relative_to(STUDENT_SITE).as_posix() for p in STUDENT_SITE.rglob("*.html")
+                   if not p.relative_to(STUDENT_SITE).parts[0].startswith("_"))
+    yield f"http://127.0.0.1:{server.server_address[1]}/", pages
+    server.shutdown()
+    server.server_close()
+
+
+def test_every_page_of_the_student_edition_passes_the_axe_accessibility_audit(browser,
+                                                                              student_site):
+    base_url, pages = student_site
+    chapters = [p for p in pages if re.fullmatch(r"notebooks/\d\d[a-z]?_[^/]+\.html", p)]
+    assert len(chapters) == len(list((ROOT / "notebooks").glob("*.ipynb"))), pages
+    audit(browser, base_url, pages, "student")

@@ -28,7 +28,8 @@ from coursekit.quant import (
 )
 
 logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-bnb = pytest.importorskip("bitsandbytes")
+import bitsandbytes as bnb  # noqa: E402 (pinned in requirements.txt: a missing one fails, never skips)
+
 bnbf = bnb.functional
 
 NF4 = torch.tensor(NF4_PUBLISHED)  # bitsandbytes' table: the 4-bit part is then exact as well
