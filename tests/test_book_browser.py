@@ -4,7 +4,8 @@ The module builds the instructor edition once (``coursekit book --all``: every p
 executed chapters come from jupyter-book's cache in ``_build/``), serves ``_build/html`` on
 127.0.0.1 and opens every page. A page fails on a console error, a failed request, a request to
 any other host, math left as raw TeX, a MathJax error, an image that did not load, or an explorer
-whose slider does not change its frame; a chapter also fails without an explorer that responds.
+whose slider (moved from the keyboard) does not change its frame and its text alternative; a
+chapter also fails without an explorer that responds.
 MathJax's menu is tried on a chapter (accessibility explorer, SVG renderer, another speech
 language): everything it loads must come from the site. axe-core (the engine of the browsers'
 accessibility tools, from ``axe-playwright-python``, which ships it: nothing is fetched) audits
@@ -248,6 +249,10 @@ def _check_explorers(visit: Visit) -> tuple[int, list[str]]:
                                 "the frame")
             if shown != labels[-1]:
                 problems.append(f"explorer {e + 1}: {name!r} shows {shown!r}, not {labels[-1]!r}")
+            alt = frame.get_attribute("alt") or ""
+            if f"{name} = {labels[-1]}" not in alt or len(alt) < 40:
+                problems.append(f"explorer {e + 1}: the frame's text alternative {alt!r} does not "
+                                f"say what it shows at {name} = {labels[-1]}")
             if not frame.evaluate("img => img.complete && img.naturalWidth > 0"):
                 problems.append(f"explorer {e + 1}: the frame for {name}={labels[-1]} is broken")
         if movable == 0:
