@@ -150,14 +150,9 @@ def score(fn: Any, exercise: str, extra_cases: str | None = None) -> float:
     instructor's hidden cases, counted but not shown. Whatever happens, nothing reaches stderr
     and the value is a number between 0 and the exercise's points.
     """
-    from coursekit.grading.check import (
-        _not_run,
-        cell_source,
-        format_result,
-        notebook_provided,
-    )
+    from coursekit.grading.check import cell_source, format_result, notebook_provided
     from coursekit.grading.registry import all_suites
-    from coursekit.grading.suite import describe_exception, grade_outputs, run_case
+    from coursekit.grading.suite import describe_exception, grade_outputs, not_run, run_case
 
     suites, hidden = all_suites(), {}
     if extra_cases:
@@ -179,10 +174,10 @@ def score(fn: Any, exercise: str, extra_cases: str | None = None) -> float:
             found, error = fn, ""
             if source is not None and getattr(fn, "__name__", None) == suite.name:
                 found, error = load_exercise(suite, source, notebook_provided(fn), suites)
-            result = _not_run(suite, error) if error else grade_outputs(
+            result = not_run(suite, error) if error else grade_outputs(
                 suite, [run_case(suite, found, i) for i in range(len(suite.cases))], secret)
         except Exception as err:  # never let the test cell fail with a traceback on stderr
-            result = _not_run(suite, f"not graded: {describe_exception(err)}")
+            result = not_run(suite, f"not graded: {describe_exception(err)}")
     print(format_result(result, secret))
     return float(min(round(result.earned, 4), suite.points))
 

@@ -162,9 +162,9 @@ def case(env: dict, exercise: str, index: int, extra_cases: str | None = None) -
     import io
     import warnings
 
-    from coursekit.grading.check import _not_run, format_result
+    from coursekit.grading.check import format_result
     from coursekit.grading.registry import all_suites
-    from coursekit.grading.suite import describe_exception, grade_outputs, run_case
+    from coursekit.grading.suite import describe_exception, grade_outputs, not_run, run_case
 
     suites, hidden = all_suites(), {}
     if extra_cases:
@@ -182,7 +182,7 @@ def case(env: dict, exercise: str, index: int, extra_cases: str | None = None) -
                     suite, [run_case(suite, fn, i) for i in range(len(suite.cases))],
                     hidden.get(suite.name, set()))
             except Exception as err:
-                _RESULTS[key] = _not_run(suite, f"not graded: {describe_exception(err)}")
+                _RESULTS[key] = not_run(suite, f"not graded: {describe_exception(err)}")
     result = _RESULTS[key]
     got = result.cases[index]
     if got.earned < got.points:

@@ -167,7 +167,7 @@ def diagnosis(r: SuiteResult, hidden: set[int] = frozenset(), source: str | None
             label = mutant.name
         elif r.hint.startswith(IN_PLACE):
             label = "modifies its arguments in place"
-        elif not r.hint:  # the exercise could not run at all (batch._failed)
+        elif not r.hint:  # the exercise could not run at all (suite.not_run)
             text = re.sub(r"^(not run|not graded): ", "", failing[0].message)
             label = (f"did not run ({raised})" if raised else
                      "did not run: " + re.split(r"[:(`]", text, maxsplit=1)[0].strip())
