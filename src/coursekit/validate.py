@@ -92,10 +92,14 @@ def notebooks(only: list[str] | None, editions: list[str], root: Path = ROOT) ->
 
 
 def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tuple[str, str],
-            assert_log: Path | None = None) -> Run:
+            assert_log: Path | None = None, threads: int | None = None) -> Run:
     """nbval over one notebook in a fresh kernel; the verdict per cell from its JUnit XML. With
-    ``assert_log``, the margins of its assertions are appended there (JSON lines)."""
+    ``assert_log``, the margins of its assertions are appended there (JSON lines). ``threads``
+    caps the kernel's CPU threads (OMP_NUM_THREADS), so that notebooks run side by side share the
+    cores instead of fighting over them."""
     env = dict(os.environ, COURSEKIT_PROFILE=profile, COURSEKIT_SEED=str(seed), TQDM_DISABLE="1")
+    if threads is not None and "OMP_NUM_THREADS" not in os.environ:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with tempfile.TemporaryDirectory() as tmp:
         if assert_log is not None:
             assert_log.parent.mkdir(parents=True, exist_ok=True)
@@ -154,11 +158,14 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
     start = time.perf_counter()
 
     logs = (report or Path(tempfile.mkdtemp())).resolve().parent / "asserts"  # kernels run elsewhere
+    # side by side, each kernel gets its share of the cores (a PyTorch that starts a thread per
+    # core in each of two kernels on two cores runs several times slower than one at a time)
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
     def one(item: tuple[int, Path]) -> Run:
         seed, path = item
         log = logs / f"{profile}-{path.parent.name}-{path.stem}-seed{seed}.jsonl"
-        run = run_one(path, profile, seed, cell_timeout, device, log)
+        run = run_one(path, profile, seed, cell_timeout, device, log, threads)
         runs.append(run)
         cells = f"{run.cells_passed}/{run.cells_passed + run.cells_failed} cells passed"
         print(f"[{len(runs):>3}/{len(todo)}] seed {run.seed}  {run.notebook:<34} {run.edition:<10} "
