@@ -1,4 +1,4 @@
-'''Corpus of plausible student code for 09a's third exercise (09.3 energy_shares), in the form
+'''Corpus of plausible student code for 09a's third exercise (09.6 energy_shares), in the form
 of ``tests/grading_corpus.py``: one bug per suite mutant, bugs the mutants did not foresee, and
 correct alternatives.
 

@@ -189,3 +189,18 @@ def test_every_figure_has_an_authored_text_alternative(path):
             assert len(alt) > 40 and not alt.lower().startswith(("image of", "figure showing")), where
         if alt:
             assert student.cells[index].metadata.get("mystnb") == cell.metadata["mystnb"], where
+
+
+def test_exercise_ids_and_names_are_unique_across_the_book():
+    """check("09.3") and the exports find a suite by its id: two exercises may not share one."""
+    from coursekit.grading.registry import all_suites
+
+    suites = list(all_suites().values())
+    ids = [s.exercise for s in suites]
+    assert len(set(ids)) == len(ids), sorted(i for i in ids if ids.count(i) > 1)
+    seen = {}
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        from coursekit.release import exercises
+
+        for ex in exercises(nbformat.read(path, as_version=4)):
+            assert seen.setdefault(ex.exercise, path.name) == path.name, (ex.exercise, path.name)

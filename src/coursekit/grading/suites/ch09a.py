@@ -314,7 +314,7 @@ TARGET_CASES = [
               "only: '^blocks\\.0|head$' accepts every name that starts with 'blocks.0'."),
 ]
 
-# ----------------------------------------------------------------------------- 09.3 energy_shares
+# ----------------------------------------------------------------------------- 09.6 energy_shares
 
 
 def numpy_energy_shares(matrix):
@@ -470,7 +470,7 @@ SUITES = [
 ]
 
 SUITES.append(Suite(
-    exercise="09.3",
+    exercise="09.6",  # 09.3-09.5 are 09b's, which came first
     name="energy_shares",
     points=2,
     reference=numpy_energy_shares,
