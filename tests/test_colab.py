@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -61,9 +62,14 @@ def test_a_chapter_runs_on_a_fresh_colab_like_environment(tmp_path):
                             cwd=tmp_path)
     assert absent.returncode != 0, "the fresh environment must not have coursekit yet"
 
-    wheels = tmp_path / "wheels"
+    # built from a copy: setuptools writes build/ beside the sources, which must not be the repo
+    wheels, source = tmp_path / "wheels", tmp_path / "source"
+    shutil.copytree(ROOT / "src", source / "src",
+                    ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                            "--no-build-isolation", "-w", str(wheels), str(ROOT)],
+                            "--no-build-isolation", "-w", str(wheels), str(source)],
                            capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     [wheel] = wheels.glob("coursekit-*.whl")

@@ -1,1 +1,0 @@
-"""Exercise suites, one module per chapter (``chNN.py`` with a ``SUITES`` list)."""

@@ -1,1 +1,0 @@
-"""Small, readable models the chapters build and train (and, later, port weights into)."""
