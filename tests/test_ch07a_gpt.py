@@ -10,7 +10,7 @@ import torch
 
 from coursekit.data.acceptor import accepts, rejection
 from coursekit.data.bpe import BPE, merge_pair, pre_tokenize
-from coursekit.data.incontext import InContextTask
+from coursekit.data.incontext import ClassTask, InContextTask
 from coursekit.data.language import SyntheticLanguage
 from coursekit.decoding import (
     beam_search,
@@ -263,6 +263,43 @@ def test_shipped_in_context_checkpoint_loads_and_learns_in_context():
     assert accuracy[0] < 0.15 and accuracy[-1] >= 0.9, accuracy  # what the notebook states
     assert all(a < b for a, b in zip(accuracy, accuracy[1:], strict=False)), accuracy
     assert curve[-1][1] >= 0.9 and curve[0][1] < 0.3, "the stored training curve"
+
+
+def test_class_task_prompts_never_show_the_query_and_label_by_class():
+    task = ClassTask(16, 16, 4)
+    prompts, targets, class_shown = task.prompts(4, 300, torch.Generator().manual_seed(0))
+    assert prompts.shape == (300, 9)
+    inputs, labels, query = prompts[:, 0:-1:2], prompts[:, 1::2], prompts[:, -1]
+    assert (inputs < 16).all() and (labels >= 16).all() and (targets >= 16).all()
+    assert not (inputs == query[:, None]).any(), "the query is never one of the examples"
+    same_class = task.class_of(inputs) == task.class_of(query)[:, None]
+    assert torch.equal(same_class.any(1), class_shown)
+    assert (labels[same_class] == targets.repeat_interleave(same_class.sum(1))).all()
+    assert 0.3 < class_shown.float().mean() < 0.9
+    batch = task.train_batch(50, torch.Generator().manual_seed(0), n_pairs=12)
+    assert batch.shape == (50, 24)
+    for row in batch:  # one label per class, different classes different labels
+        by_class = {}
+        for x, y in row.view(-1, 2).tolist():
+            assert by_class.setdefault(x // 4, y) == y
+        assert len(set(by_class.values())) == len(by_class)
+    with pytest.raises(ValueError, match="n_classes"):
+        ClassTask(16, 16, 5)
+
+
+def test_shipped_class_checkpoint_answers_queries_it_was_not_shown():
+    from coursekit.data.incontext import CLASSES_CHECKPOINT, load_checkpoint, unshown_accuracy
+
+    assert CLASSES_CHECKPOINT.stat().st_size < 1_000_000, "the shipped checkpoint must stay small"
+    model, task, curve = load_checkpoint(CLASSES_CHECKPOINT)
+    assert isinstance(task, ClassTask)
+    rows = [unshown_accuracy(model, task, k, n=1000) for k in (0, 1, 2, 4, 8)]
+    everything = [r[0] for r in rows]
+    assert everything[0] < 0.15, rows  # no examples: chance is 1/16
+    assert all(a < b for a, b in zip(everything, everything[1:], strict=False)), rows
+    assert all(r[1] > 0.95 for r in rows[1:]), rows  # what the notebook states
+    assert all(r[2] < 0.3 for r in rows[1:]), rows  # class not shown: a guess
+    assert curve[0][0] == 0 and curve[0][1] < 0.5 and curve[-1][1] > 0.95, curve
 
 
 def test_fused_causal_path_equals_the_masked_one():

@@ -11,6 +11,11 @@ of an *induction head*, Olsson et al. 2022). A k-shot prompt shows k pairs with 
 drawn from a domain of ``domain`` symbols, then a query from the same domain, so the query has
 been shown with probability k / domain, and 0 shots is chance, 1 / n_values.
 
+That is in-context *retrieval*: an example says nothing about an input it does not show.
+:class:`ClassTask` is the family where it does: the inputs fall into fixed classes, the same in
+every sequence, and each sequence draws its own label per class, so a query that was not shown
+is answered by an example of its class (in-context classification, as in Chan et al. 2022).
+
 Token ids: input symbols ``0 .. n_keys-1``, output symbols ``n_keys .. n_keys+n_values-1``.
 """
 
@@ -65,7 +70,50 @@ class InContextTask:
         return prompts, values.gather(1, query)[:, 0], answer_pos
 
 
-# ----------------------------------------------------------------------------- the shipped model
+class ClassTask:
+    """Fixed classes, labels drawn per sequence: ``n_keys`` inputs in ``n_classes`` classes of
+    equal size (``class_of(x) = x // (n_keys / n_classes)``, the same in every sequence); each
+    sequence draws an injective labelling of the classes with output symbols and shows
+    (x, label(class(x))) pairs. Any example of a class answers every input of that class.
+    """
+
+    def __init__(self, n_keys: int = 16, n_values: int = 16, n_classes: int = 4) -> None:
+        if n_keys % n_classes or n_classes > n_values:
+            raise ValueError(f"n_classes={n_classes} must divide n_keys={n_keys} and be <= n_values")
+        self.n_keys, self.n_values, self.n_classes = n_keys, n_values, n_classes
+        self.vocab_size = n_keys + n_values
+
+    def class_of(self, x: Tensor) -> Tensor:
+        return x // (self.n_keys // self.n_classes)
+
+    def _labels(self, B: int, g: torch.Generator) -> Tensor:
+        """(B, n_classes) output token ids, a fresh injective labelling per row."""
+        return torch.rand(B, self.n_values, generator=g).argsort(dim=-1)[:, : self.n_classes] + self.n_keys
+
+    def train_batch(self, B: int, g: torch.Generator, n_pairs: int = 16) -> Tensor:
+        """(B, 2·n_pairs) sequences x₁ y₁ x₂ y₂ ..., inputs drawn with repeats from all n_keys."""
+        labels = self._labels(B, g)
+        x = torch.randint(self.n_keys, (B, n_pairs), generator=g)
+        return torch.stack([x, labels.gather(1, self.class_of(x))], dim=2).flatten(1)
+
+    def prompts(self, shots: int, B: int, g: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """k-shot prompts whose query input is *not* among the k examples (distinct inputs).
+
+        -> prompts (B, 2k + 1), targets label(class(x_q)) (B,), and whether an example of the
+        query's class was shown (B,) bool.
+        """
+        if shots >= self.n_keys:
+            raise ValueError(f"shots={shots}: an unshown query needs shots < n_keys={self.n_keys}")
+        labels = self._labels(B, g)
+        order = torch.rand(B, self.n_keys, generator=g).argsort(dim=-1)
+        x, query = order[:, :shots], order[:, shots:shots + 1]
+        pairs = torch.stack([x, labels.gather(1, self.class_of(x))], dim=2).flatten(1)
+        class_shown = (self.class_of(x) == self.class_of(query)).any(dim=1)
+        return (torch.cat([pairs, query], dim=1), labels.gather(1, self.class_of(query))[:, 0],
+                class_shown)
+
+
+# ----------------------------------------------------------------------------- the shipped models
 
 CHECKPOINT = Path(__file__).with_name("gpt_in_context.pt")
 TASK = {"n_keys": 16, "n_values": 16, "domain": 8}
@@ -128,24 +176,94 @@ class _Reached(Exception):
     pass
 
 
-def save_checkpoint(model: torch.nn.Module, curve: list[tuple[int, float]], path: Path = CHECKPOINT) -> None:
-    torch.save({"task": TASK, "model": MODEL, "state_dict": model.state_dict(), "curve": curve}, path)
+CLASSES_CHECKPOINT = Path(__file__).with_name("gpt_in_context_classes.pt")
+CLASS_TASK = {"n_keys": 16, "n_values": 16, "n_classes": 4}
+
+
+@torch.no_grad()
+def unshown_accuracy(model: torch.nn.Module, task: ClassTask, shots: int, n: int = 2000,
+                     seed: int = 1) -> tuple[float, float, float]:
+    """Accuracy on n k-shot prompts whose query input was not shown -> (all queries, those whose
+    class was shown, those whose class was not; NaN where there are none)."""
+    model.eval()
+    prompts, targets, class_shown = task.prompts(shots, n, torch.Generator().manual_seed(seed))
+    right = (model(prompts)[0][:, -1].argmax(dim=-1) == targets).float()
+    share = lambda rows: right[rows].mean().item() if rows.any() else float("nan")  # noqa: E731
+    return right.mean().item(), share(class_shown), share(~class_shown)
+
+
+def train_classes(steps: int = 8000, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
+                  every: int = 250, device: str = "cpu"):
+    """Train the shipped retrieval GPT further, on :class:`ClassTask` sequences.
+
+    Its induction circuit already finds the example whose input matches the query; on this
+    task the match must be by class instead. -> (model on the CPU, in eval mode, [(step,
+    8-shot accuracy on unshown queries whose class was shown), ...]), step 0 being the
+    retrieval model itself.
+    """
+    from coursekit.train import fit
+
+    torch.manual_seed(seed)
+    model, _, _ = load_checkpoint(CHECKPOINT)
+    model.to(device)
+    task, g = ClassTask(**CLASS_TASK), torch.Generator().manual_seed(seed)
+    curve: list[tuple[int, float]] = []
+
+    def evaluate(step, history=None):
+        prompts, targets, class_shown = task.prompts(8, 2000, torch.Generator().manual_seed(seed + 1))
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            right = model(prompts.to(device))[0][:, -1].argmax(-1).cpu() == targets
+        model.train(was_training)
+        curve.append((step, right[class_shown].float().mean().item()))
+
+    evaluate(0)
+    fit(model, in_context_loss, lambda step: task.train_batch(batch_size, g).to(device),
+        steps=steps, lr=lr, lr_schedule=lambda step: min(1.0, step / 50), every=every,
+        callback=evaluate, desc="class-labelling GPT")
+    return model.cpu().eval(), curve
+
+
+def save_checkpoint(model: torch.nn.Module, curve: list[tuple[int, float]], path: Path = CHECKPOINT,
+                    task: dict | None = None, kind: str = "retrieval") -> None:
+    torch.save({"kind": kind, "task": task or TASK, "model": MODEL, "state_dict": model.state_dict(),
+                "curve": curve}, path)
 
 
 def load_checkpoint(path: Path = CHECKPOINT):
-    """-> (the shipped GPT in eval mode, its task, the 8-shot accuracy curve of its training)."""
+    """-> (a shipped GPT in eval mode, its task, the accuracy curve stored with it).
+
+    ``CHECKPOINT``: the retrieval model (:class:`InContextTask`; its curve is 8-shot accuracy);
+    ``CLASSES_CHECKPOINT``: the class-labelling model (:class:`ClassTask`; 8-shot accuracy on
+    unshown queries whose class was shown).
+    """
     from coursekit.models.gpt import GPT
 
     saved = torch.load(path, weights_only=True)
-    task = InContextTask(**saved["task"])
+    kind = saved.get("kind", "retrieval")
+    task = (ClassTask if kind == "classes" else InContextTask)(**saved["task"])
     model = GPT(task.vocab_size, **saved["model"])
     model.load_state_dict(saved["state_dict"])
     return model.eval(), task, [tuple(x) for x in saved["curve"]]
 
 
-if __name__ == "__main__":  # python -m coursekit.data.incontext [device]: regenerate the checkpoint
+if __name__ == "__main__":
+    # python -m coursekit.data.incontext [device] [retrieval|classes]: regenerate a checkpoint
+    # (classes starts from the shipped retrieval model, so regenerate that one first)
     import sys
 
-    model, curve = train_in_context(device=sys.argv[1] if len(sys.argv) > 1 else "cpu")
-    print("8-shot accuracy during training:", curve)
-    save_checkpoint(model, curve)
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    which = sys.argv[2] if len(sys.argv) > 2 else "retrieval"
+    if device == "cpu":  # a model this small gains nothing from threads, and a busy CPU loses a lot
+        torch.set_num_threads(1)
+    if which == "retrieval":
+        model, curve = train_in_context(device=device)
+        print("8-shot accuracy during training:", curve)
+        save_checkpoint(model, curve)
+    elif which == "classes":
+        model, curve = train_classes(device=device)
+        print("8-shot accuracy on unshown queries of a shown class, during training:", curve)
+        save_checkpoint(model, curve, CLASSES_CHECKPOINT, CLASS_TASK, kind="classes")
+    else:
+        sys.exit(f"usage: python -m coursekit.data.incontext [device] [retrieval|classes], not {which!r}")
