@@ -260,7 +260,7 @@ def test_shipped_in_context_checkpoint_loads_and_learns_in_context():
     assert CHECKPOINT.stat().st_size < 1_000_000, "the shipped checkpoint must stay small"
     model, task, curve = load_checkpoint()
     accuracy = [few_shot_accuracy(model, task, k, n=1000) for k in (0, 1, 2, 4, 8)]
-    assert accuracy[0] < 0.15 and accuracy[-1] >= 0.9, accuracy  # what the notebook states
+    assert accuracy[0] < 0.15 and accuracy[-1] >= 0.99, accuracy  # the notebook asserts 0.995 on 2000
     assert all(a < b for a, b in zip(accuracy, accuracy[1:], strict=False)), accuracy
     assert curve[-1][1] >= 0.9 and curve[0][1] < 0.3, "the stored training curve"
 
