@@ -14,7 +14,8 @@ been shown with probability k / domain, and 0 shots is chance, 1 / n_values.
 That is in-context *retrieval*: an example says nothing about an input it does not show.
 :class:`ClassTask` is the family where it does: the inputs fall into fixed classes, the same in
 every sequence, and each sequence draws its own label per class, so a query that was not shown
-is answered by an example of its class (in-context classification, as in Chan et al. 2022).
+is answered by an example of its class (a small cousin of Chan et al. 2022's in-context
+classification, whose test classes, unlike these, were never seen in training).
 
 Token ids: input symbols ``0 .. n_keys-1``, output symbols ``n_keys .. n_keys+n_values-1``.
 """
@@ -187,7 +188,8 @@ def unshown_accuracy(model: torch.nn.Module, task: ClassTask, shots: int, n: int
     class was shown, those whose class was not; NaN where there are none)."""
     model.eval()
     prompts, targets, class_shown = task.prompts(shots, n, torch.Generator().manual_seed(seed))
-    right = (model(prompts)[0][:, -1].argmax(dim=-1) == targets).float()
+    device = next(model.parameters()).device
+    right = (model(prompts.to(device))[0][:, -1].argmax(dim=-1).cpu() == targets).float()
     share = lambda rows: right[rows].mean().item() if rows.any() else float("nan")  # noqa: E731
     return right.mean().item(), share(class_shown), share(~class_shown)
 
@@ -210,13 +212,8 @@ def train_classes(steps: int = 8000, batch_size: int = 128, lr: float = 1e-3, se
     curve: list[tuple[int, float]] = []
 
     def evaluate(step, history=None):
-        prompts, targets, class_shown = task.prompts(8, 2000, torch.Generator().manual_seed(seed + 1))
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            right = model(prompts.to(device))[0][:, -1].argmax(-1).cpu() == targets
-        model.train(was_training)
-        curve.append((step, right[class_shown].float().mean().item()))
+        curve.append((step, unshown_accuracy(model, task, 8, seed=seed + 1)[1]))
+        model.train()
 
     evaluate(0)
     fit(model, in_context_loss, lambda step: task.train_batch(batch_size, g).to(device),
