@@ -61,19 +61,23 @@ def test_every_formula_follows_the_notation_page(path):
         "\n".join(problems)
 
 
-# Chapters 3 and 4 write every query, key, value, input and weight matrix in bold; a bare Q, K,
-# V, X or A in their math is a matrix left plain (the rest of the book also uses these letters
-# for other things, e.g. LoRA's A, so the rule is theirs).
-BOLD_CHAPTERS = ["03_self_attention", "04_multi_head_attention"]
-UPRIGHT = re.compile(r"\\(boldsymbol|mathbb|mathrm|operatorname|text)\{[^{}]*\}")
+# Chapters 3 to 6 and 8a write every query, key, value, input and weight matrix in bold; a bare
+# Q, K, V, X or A in their math is a matrix left plain (Chapter 9 uses A for LoRA's factor and
+# Chapter 7 V in the vocabulary's name, so the rule is these chapters'). Superscripts such as
+# W^{QK} name a matrix's role, not a matrix.
+BOLD_CHAPTERS = ["03_self_attention", "04_multi_head_attention", "05_positional_encoding",
+                 "06a_transformer_blocks", "06b_encoder_decoder", "08a_vit"]
+UPRIGHT = re.compile(r"\\(boldsymbol|mathbb|mathrm|mathcal|operatorname|text)\{[^{}]*\}|\^\{[A-Z]+(\\top)?\}")
 PLAIN_MATRIX = re.compile(r"(?<![\\A-Za-z_^])[QKVXA](?![a-z])")
 
 
 @pytest.mark.parametrize("stem", BOLD_CHAPTERS)
-def test_chapters_3_and_4_write_their_matrices_in_bold(stem):
+def test_these_chapters_write_their_matrices_in_bold(stem):
     found = list(formulas(ROOT / "solutions" / f"{stem}.ipynb"))
     assert len(found) > 50
     bad = [f"cell {i}: ${f.strip()[:80]}$" for i, f in found if PLAIN_MATRIX.search(UPRIGHT.sub("", f))]
     assert not bad, f"{stem}: matrices not in bold:\n" + "\n".join(bad[:10])
     assert PLAIN_MATRIX.search(UPRIGHT.sub("", r"\operatorname{softmax}(Q K^\top)"))
     assert not PLAIN_MATRIX.search(UPRIGHT.sub("", r"\boldsymbol{Q}\boldsymbol{K}^\top"))
+    assert not PLAIN_MATRIX.search(UPRIGHT.sub("", r"\boldsymbol{W}^{QK}, \lvert\mathcal{V}\rvert"))
+    assert PLAIN_MATRIX.search(UPRIGHT.sub("", r"V \times d_\text{model}"))
