@@ -11,7 +11,8 @@ Both encoders map their input to one vector of a shared space of width d_embed:
 For a batch of B matching (image, caption) pairs, the B x B cosine similarities scaled by a
 learned temperature, exp(t), are logits: row i should pick caption i among the B captions and
 column j image j among the B images. The loss is the mean of the two cross-entropies
-(:func:`clip_loss`), the *symmetric contrastive loss*; t starts at log(1/0.07).
+(:func:`clip_loss`), the *symmetric contrastive loss*; t starts at log(1/0.07). SigLIP's
+pairwise sigmoid loss (:func:`siglip_loss`) scores each pair on its own instead.
 
 Weight-compatible with ``transformers.CLIPModel`` (:func:`clip_from_hf`) when its towers use the
 exact GELU (``hidden_act="gelu"``; CLIP's default is ``quick_gelu``) and its text config names
@@ -44,6 +45,29 @@ def clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor) ->
     targets = torch.arange(len(logits_per_image), device=logits_per_image.device)
     return (F.cross_entropy(logits_per_image, targets)
             + F.cross_entropy(logits_per_image.T, targets)) / 2
+
+
+def siglip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor,
+                logit_bias: Tensor, per_pair: bool = False) -> Tensor:
+    """SigLIP's pairwise sigmoid loss (Zhai et al., 2023): every (image i, caption j) pair is its
+    own binary problem, "do these two match?", with no softmax over the batch.
+
+    image_embeds: (B_img, d_embed), text_embeds: (B_txt, d_embed), not normalised; image i matches
+    caption i (any row or column beyond min(B_img, B_txt) is a negative for everyone);
+    logit_scale: 0-d tensor t' = ln(1/τ); logit_bias: 0-d tensor b.
+
+    logits S_ij + b = exp(t') cos(image i, caption j) + b; label z_ij = +1 if i == j else −1;
+    term_ij = −log σ(z_ij (S_ij + b)). Returns the (B_img, B_txt) terms with ``per_pair=True``,
+    else the terms summed over the captions and averaged over the images (the paper's 1/|B|),
+    as big_vision's trainer and ``transformers.SiglipModel(return_loss=True)`` compute it.
+    The paper initialises t' = ln 10 and b = −10.
+    """
+    image_embeds = F.normalize(image_embeds, dim=-1)
+    text_embeds = F.normalize(text_embeds, dim=-1)
+    logits = logit_scale.exp() * image_embeds @ text_embeds.T + logit_bias  # (B_img, B_txt)
+    labels = 2 * torch.eye(*logits.shape, device=logits.device, dtype=logits.dtype) - 1
+    terms = -F.logsigmoid(labels * logits)                                  # (B_img, B_txt)
+    return terms if per_pair else terms.sum() / len(terms)
 
 
 def eot_pool(hidden: Tensor, ids: Tensor, eot_id: int) -> Tensor:
