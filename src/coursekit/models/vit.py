@@ -18,6 +18,7 @@ with ``pre_norm=True, patch_bias=False``, with the vision tower of ``transformer
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from coursekit.transformer import Encoder, LayerNorm
@@ -115,6 +116,40 @@ def attention_rollout(weights: list[Tensor], residual: float = 0.5) -> Tensor:
         a = residual * torch.eye(a.shape[-1], device=a.device) + (1 - residual) * a
         rollout = a if rollout is None else a @ rollout
     return rollout
+
+
+def interpolate_pos_embed(pos_embed: Tensor, new_grid: tuple[int, int],
+                          old_grid: tuple[int, int] | None = None, n_prefix: int = 1,
+                          mode: str = "bicubic") -> Tensor:
+    """Learned position embeddings resized to a new patch grid, for images of another size.
+
+    Dosovitskiy et al. (2021, Sec. 3.2) fine-tune at a higher resolution with the same patch size,
+    so the grid grows, and "perform 2D interpolation of the pre-trained position embeddings,
+    according to their location in the original image". As Hugging Face's
+    ``ViTEmbeddings.interpolate_pos_encoding`` does: the first ``n_prefix`` rows (``[CLS]``) are
+    kept as they are; the others, laid out as the (H_0, W_0) grid in row-major order, are resized
+    as a d_model-channel image with ``F.interpolate(size=new_grid, mode="bicubic",
+    align_corners=False)`` (the old and the new grid cover the same image area; each new cell
+    centre is placed where it falls on the old grid, and taps beyond the border repeat the border
+    cells). ``mode="nearest"`` copies each new cell's nearest old embedding instead.
+
+    pos_embed: (1, n_prefix + H_0·W_0, d_model); new_grid: (H_1, W_1) patches; old_grid defaults
+    to a square grid -> (1, n_prefix + H_1·W_1, d_model).
+    """
+    prefix, grid = pos_embed[:, :n_prefix], pos_embed[:, n_prefix:]
+    n, d = grid.shape[1], grid.shape[2]
+    if old_grid is None:
+        side = round(n ** 0.5)
+        if side * side != n:
+            raise ValueError(f"{n} positions are not a square grid: give old_grid")
+        old_grid = (side, side)
+    if old_grid[0] * old_grid[1] != n:
+        raise ValueError(f"old_grid {old_grid} does not hold {n} positions")
+    image = grid.reshape(1, *old_grid, d).permute(0, 3, 1, 2)  # (1, d_model, H_0, W_0)
+    align = False if mode in ("bilinear", "bicubic") else None
+    image = F.interpolate(image, size=tuple(new_grid), mode=mode, align_corners=align)
+    grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], d)  # row-major again
+    return torch.cat([prefix, grid], dim=1)
 
 
 # ----------------------------------------------------------------------------- Hugging Face
