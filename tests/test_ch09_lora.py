@@ -4,7 +4,8 @@ LoRA: the same base weights (drawn with a large spread, std 0.5) and the same A 
 in coursekit and in peft give the same outputs to 1e-6, unmerged and merged, on a transformers
 BERT model and on a plain module; the packed in_proj with adapters on the q and v blocks equals
 separate q, k, v projections adapted by peft; merge/unmerge are exact to rounding; frozen
-parameters get no gradient; the adapter state dict holds only A and B.
+parameters get no gradient; the adapter state dict holds only A and B. With ``rslora=True`` the
+scale is α/√r and the outputs equal peft's ``LoraConfig(use_rslora=True)``, plain and packed.
 
 NF4: the code book equals bitsandbytes' published table; block-wise quantisation gives the same
 packed bytes and constants as bitsandbytes.functional.quantize_4bit(quant_type="nf4",
@@ -14,6 +15,7 @@ bitsandbytes': tests/test_quant_bnb.py).
 
 import copy
 import logging
+import math
 import os
 
 import pytest
@@ -187,6 +189,72 @@ def test_packed_in_proj_equals_separate_projections_under_peft():
         cross = ours(x, memory)[0]
         merge_lora(ours)
         torch.testing.assert_close(ours(x, memory)[0], cross, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("r", [4, 16, 64])
+def test_rslora_equals_peft_use_rslora_on_a_bert_model(r):
+    """inject_lora(..., rslora=True) scales by α/√r and computes what peft's use_rslora=True does."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=16,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    bert = spread_(BertModel(config)).eval()
+    theirs = get_peft_model(copy.deepcopy(bert), LoraConfig(
+        r=r, lora_alpha=8, lora_dropout=0.0, use_rslora=True,
+        target_modules=["query", "value"])).eval()
+    ours = copy.deepcopy(bert)
+    inject_lora(ours, ["query", "value"], r=r, alpha=8, rslora=True)
+    layers = [m for m in ours.modules() if isinstance(m, LoRALinear)]
+    peft_scalings = {m.scaling["default"] for m in theirs.modules() if hasattr(m, "lora_A")
+                     and isinstance(getattr(m, "scaling", None), dict)}
+    assert len(layers) == 4 and {m.scaling for m in layers} == peft_scalings == {8 / math.sqrt(r)}
+    share_adapters(ours, theirs)
+    ids = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():
+        plain = copy.deepcopy(ours)
+        for m in plain.modules():
+            if isinstance(m, LoRALinear):
+                m.scaling = 8 / r                               # LoRA's α/r, same A and B
+        unmerged = ours(ids).last_hidden_state
+        torch.testing.assert_close(unmerged, theirs(ids).last_hidden_state, **TOL)
+        assert (unmerged - plain(ids).last_hidden_state).abs().max() > 1e-2, "α/√r ≠ α/r for r > 1"
+        merge_lora(ours)
+        theirs.merge_adapter()
+        torch.testing.assert_close(ours(ids).last_hidden_state, theirs(ids).last_hidden_state, **TOL)
+
+
+def test_rslora_on_the_packed_in_proj_equals_peft():
+    from peft import LoraConfig, get_peft_model
+
+    d, r = 16, 9
+    torch.manual_seed(0)
+    mha = spread_(MultiHeadAttention(d, 4))
+    separate = nn.ModuleDict({p: nn.Linear(d, d) for p in "qkv"})
+    with torch.no_grad():
+        for i, p in enumerate("qkv"):
+            separate[p].weight.copy_(mha.in_proj.weight[i * d:(i + 1) * d])
+            separate[p].bias.copy_(mha.in_proj.bias[i * d:(i + 1) * d])
+    theirs = get_peft_model(separate, LoraConfig(r=r, lora_alpha=6, lora_dropout=0.0, use_rslora=True,
+                                                 target_modules=["q", "v"]))
+    ours = copy.deepcopy(mha)
+    inject_lora(ours, ["q", "v"], r=r, alpha=6, rslora=True)
+    packed = ours.in_proj
+    assert packed.scaling == theirs.base_model.model["q"].scaling["default"] == 6 / 3
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in ("q", "v"):
+            peft_layer = theirs.base_model.model[p]
+            packed.lora_A[p].copy_(peft_layer.lora_A["default"].weight)
+            packed.lora_B[p].copy_(0.5 * torch.randn(d, r, generator=g))
+            peft_layer.lora_B["default"].weight.copy_(packed.lora_B[p])
+        x = torch.randn(3, 5, d)
+        expected = torch.cat([theirs.base_model.model[p](x) for p in "qkv"], dim=-1)
+        torch.testing.assert_close(packed(x), expected, **TOL)
+        merge_lora(ours)
+        torch.testing.assert_close(packed(x), expected, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- injection

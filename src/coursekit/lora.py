@@ -6,8 +6,9 @@ A pre-trained weight W₀ (d_out × d_in) stays frozen; the update is learned in
 
 A starts random (Kaiming-uniform, as in ``peft``) and B at zero, so ΔW = 0 and the adapted model
 starts exactly where the pre-trained one is; α/r scales the update so that changing r does not
-change the learning rate one needs. After training, ΔW can be *merged* into W₀ (no extra
-latency) and *unmerged* again (W₀ back, to within float rounding).
+change the learning rate one needs. ``rslora=True`` scales by α/√r instead (rank-stabilised LoRA,
+Kalajdzievski, 2023; ``peft``'s ``LoraConfig(use_rslora=True)``). After training, ΔW can be
+*merged* into W₀ (no extra latency) and *unmerged* again (W₀ back, to within float rounding).
 
 Injection follows ``peft``'s ``target_modules`` rule (:func:`is_target`): a list of names matches a
 module whose qualified name equals one of them or ends with ``"." + name``; a string is a regular
@@ -34,6 +35,12 @@ from torch import Tensor, nn
 from coursekit.attention import MultiHeadAttention
 
 PARTS = ("q", "k", "v")  # the row blocks of a packed in_proj: W^Q, W^K, W^V
+
+
+def lora_scaling(r: int, alpha: float, rslora: bool = False) -> float:
+    """The factor γ of ΔW = γ B A: α/r (LoRA), or α/√r with ``rslora`` (rsLoRA), computed as
+    ``peft`` computes it (``lora_alpha / r``, ``lora_alpha / math.sqrt(r)``)."""
+    return alpha / math.sqrt(r) if rslora else alpha / r
 
 
 def _init_A(A: Tensor) -> Tensor:
@@ -70,27 +77,30 @@ class LoRALinear(_Mergeable):
     random; ``lora_B``: (d_out, r), zero. x: (..., d_in) -> (..., d_out).
     ``merge()`` folds ΔW = (α/r) B A into W₀ (then the forward pass is one matmul);
     ``unmerge()`` takes it out again. Either is a no-op when already done.
+    ``rslora=True`` scales by α/√r instead of α/r (:func:`lora_scaling`).
     """
 
     def __init__(self, in_features: int, out_features: int, r: int = 8, alpha: float = 16,
-                 bias: bool = True) -> None:
+                 bias: bool = True, *, rslora: bool = False) -> None:
         super().__init__()
         self.base = nn.Linear(in_features, out_features, bias=bias)
         self.base.requires_grad_(False)  # W₀ is frozen
-        self.r, self.alpha, self.scaling = r, alpha, alpha / r
+        self.r, self.alpha, self.rslora = r, alpha, rslora
+        self.scaling = lora_scaling(r, alpha, rslora)
         self.lora_A = nn.Parameter(_init_A(torch.empty(r, in_features)))
         self.lora_B = nn.Parameter(torch.zeros(out_features, r))  # ΔW = 0 at the start
         self.merged = False
 
     @classmethod
-    def wrap(cls, linear: nn.Linear, r: int, alpha: float) -> LoRALinear:
+    def wrap(cls, linear: nn.Linear, r: int, alpha: float, rslora: bool = False) -> LoRALinear:
         """A LoRALinear around an existing ``linear`` (its weights are shared, and frozen)."""
-        layer = cls(linear.in_features, linear.out_features, r, alpha, bias=linear.bias is not None)
+        layer = cls(linear.in_features, linear.out_features, r, alpha, bias=linear.bias is not None,
+                    rslora=rslora)
         layer.base = linear.requires_grad_(False)
         return layer.to(linear.weight.device)
 
     def delta_weight(self) -> Tensor:
-        """ΔW = (α/r) B A: (d_out, d_in), rank ≤ r."""
+        """ΔW = (α/r) B A (α/√r with rsLoRA): (d_out, d_in), rank ≤ r."""
         return self.scaling * self.lora_B @ self.lora_A
 
     def forward(self, x: Tensor) -> Tensor:
@@ -100,7 +110,7 @@ class LoRALinear(_Mergeable):
         return h + self.scaling * F.linear(F.linear(x, self.lora_A), self.lora_B)  # x Aᵀ Bᵀ: (..., d_out)
 
     def extra_repr(self) -> str:
-        return f"r={self.r}, alpha={self.alpha}, merged={self.merged}"
+        return f"r={self.r}, alpha={self.alpha}, rslora={self.rslora}, merged={self.merged}"
 
 
 class LoRAPackedLinear(_Mergeable):
@@ -111,15 +121,18 @@ class LoRAPackedLinear(_Mergeable):
     left alone (loralib's ``MergedLinear`` with ``enable_lora=[True, False, True]`` for q, v).
     ``weight`` and ``bias`` are the effective ones, so code that reads ``in_proj.weight``
     (cross-attention's separate projections) sees the adapted weights too.
+    ``rslora=True`` scales by α/√r instead of α/r (:func:`lora_scaling`).
     """
 
-    def __init__(self, base: nn.Linear, parts: Sequence[str], r: int, alpha: float) -> None:
+    def __init__(self, base: nn.Linear, parts: Sequence[str], r: int, alpha: float, *,
+                 rslora: bool = False) -> None:
         super().__init__()
         if not parts or set(parts) - set(PARTS):
             raise ValueError(f"parts={parts!r}: a non-empty subset of {PARTS}")
         self.base = base.requires_grad_(False)
         self.parts = tuple(p for p in PARTS if p in parts)
-        self.r, self.alpha, self.scaling = r, alpha, alpha / r
+        self.r, self.alpha, self.rslora = r, alpha, rslora
+        self.scaling = lora_scaling(r, alpha, rslora)
         self.d = base.out_features // 3
         d_in, device = base.in_features, base.weight.device
         self.lora_A = nn.ParameterDict(
@@ -152,7 +165,8 @@ class LoRAPackedLinear(_Mergeable):
         return h + torch.cat(delta, dim=-1)
 
     def extra_repr(self) -> str:
-        return f"parts={self.parts}, r={self.r}, alpha={self.alpha}, merged={self.merged}"
+        return (f"parts={self.parts}, r={self.r}, alpha={self.alpha}, rslora={self.rslora}, "
+                f"merged={self.merged}")
 
 
 LORA_LAYERS = (LoRALinear, LoRAPackedLinear)
@@ -179,13 +193,14 @@ def _set_child(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 def inject_lora(model: nn.Module, target_modules: str | Sequence[str], r: int = 8,
-                alpha: float = 16) -> list[str]:
+                alpha: float = 16, *, rslora: bool = False) -> list[str]:
     """Freeze ``model`` and put LoRA on every projection ``target_modules`` names; return the names.
 
     ``nn.Linear`` layers are replaced by :class:`LoRALinear`; in each
     :class:`~coursekit.attention.MultiHeadAttention`, the blocks ``q``, ``k``, ``v`` of the packed
     ``in_proj`` that are named get a :class:`LoRAPackedLinear`. Every other parameter is frozen
-    (``requires_grad=False``); a new task head is unfrozen by the caller.
+    (``requires_grad=False``); a new task head is unfrozen by the caller. ``rslora=True`` scales
+    every adapter by α/√r instead of α/r, as ``peft``'s ``LoraConfig(use_rslora=True)`` does.
     """
     model.requires_grad_(False)
     adapted: list[str] = []
@@ -193,13 +208,13 @@ def inject_lora(model: nn.Module, target_modules: str | Sequence[str], r: int = 
         if isinstance(module, LORA_LAYERS) or any(name.startswith(a + ".") for a in adapted):
             continue
         if isinstance(module, nn.Linear) and is_target(name, target_modules):
-            _set_child(model, name, LoRALinear.wrap(module, r, alpha))
+            _set_child(model, name, LoRALinear.wrap(module, r, alpha, rslora))
             adapted.append(name)
         elif isinstance(module, MultiHeadAttention):
             prefix = f"{name}." if name else ""
             parts = [p for p in PARTS if is_target(prefix + p, target_modules)]
             if parts:
-                module.in_proj = LoRAPackedLinear(module.in_proj, parts, r, alpha)
+                module.in_proj = LoRAPackedLinear(module.in_proj, parts, r, alpha, rslora=rslora)
                 adapted += [prefix + p for p in parts]
     if not adapted:
         raise ValueError(f"target_modules={target_modules!r} matches no projection of the model")
