@@ -12,7 +12,8 @@ For a batch of B matching (image, caption) pairs, the B x B cosine similarities 
 learned temperature, exp(t), are logits: row i should pick caption i among the B captions and
 column j image j among the B images. The loss is the mean of the two cross-entropies
 (:func:`clip_loss`), the *symmetric contrastive loss*; t starts at log(1/0.07). SigLIP's
-pairwise sigmoid loss (:func:`siglip_loss`) scores each pair on its own instead.
+pairwise sigmoid loss (:func:`siglip_loss`) scores each pair on its own instead. NegCLIP's loss
+(:func:`negclip_loss`) adds captions that match no image (hard negatives) as extra columns.
 
 Weight-compatible with ``transformers.CLIPModel`` (:func:`clip_from_hf`) when its towers use the
 exact GELU (``hidden_act="gelu"``; CLIP's default is ``quick_gelu``) and its text config names
@@ -45,6 +46,33 @@ def clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor) ->
     targets = torch.arange(len(logits_per_image), device=logits_per_image.device)
     return (F.cross_entropy(logits_per_image, targets)
             + F.cross_entropy(logits_per_image.T, targets)) / 2
+
+
+def negclip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor) -> Tensor:
+    """The contrastive loss with hard-negative captions, as NegCLIP computes it (Yuksekgonul et
+    al., 2023; the loss of their open_clip fork, ``vinid/neg_clip``).
+
+    image_embeds: (B, d_embed); text_embeds: (B + M, d_embed), not normalised: caption i < B
+    matches image i, and the M captions after them match no image (hard negatives, M >= 0);
+    logit_scale: the scalar t (the temperature is exp(−t)) -> scalar loss.
+
+    logits_per_image = exp(t) · norm(I) norm(T)ᵀ (B, B + M): every negative is an extra column of
+    every image's softmax. A negative has no caption→image term of its own (it has no image to
+    pick), so the caption side keeps the B true captions:
+    loss = ½ [CE(logits_per_image, 0..B−1) + CE(logits_per_image[:, :B]ᵀ, 0..B−1)].
+    With M = 0 it is :func:`clip_loss`. (NegCLIP also adds hard-negative *images*, each with its
+    caption and that caption's hard negative: with them in the inputs, the same function applies.)
+    """
+    n_images = len(image_embeds)
+    if len(text_embeds) < n_images:
+        raise ValueError(f"need at least one caption per image: {len(text_embeds)} captions, "
+                         f"{n_images} images")
+    image_embeds = F.normalize(image_embeds, dim=-1)
+    text_embeds = F.normalize(text_embeds, dim=-1)
+    logits_per_image = logit_scale.exp() * image_embeds @ text_embeds.T  # (B, B + M): row = image
+    targets = torch.arange(n_images, device=logits_per_image.device)
+    return (F.cross_entropy(logits_per_image, targets)
+            + F.cross_entropy(logits_per_image[:, :n_images].T, targets)) / 2
 
 
 def siglip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor,
