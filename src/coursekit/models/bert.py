@@ -12,6 +12,9 @@ attention is :class:`coursekit.attention.MultiHeadAttention` (Chapter 4). What m
 Every LayerNorm has ε = 1e-12 (``BertConfig.layer_norm_eps``). Segment ids default to 0, and the
 segment-0 vector is still added, as Hugging Face does when ``token_type_ids`` is omitted.
 
+Fine-tuning heads: :class:`ClsHead` (a sentence label from [CLS], ``BertForSequenceClassification``)
+and :class:`SpanHead` (a span from start and end scores at every token, ``BertForQuestionAnswering``).
+
 :func:`to_hf` and :func:`from_hf` port the weights to and from
 ``transformers.BertForPreTraining`` (whose ``bert`` and ``cls`` submodules are those of
 ``BertModel`` and ``BertForMaskedLM``); :func:`hf_config` builds the matching ``BertConfig``.
@@ -152,6 +155,78 @@ class BertClassifier(nn.Module):
         """ids: (B, N) -> logits (B, n_classes)."""
         hidden, _ = self.bert.encode(ids, segments, key_mask)
         return self.head(hidden)
+
+
+
+class SpanHead(nn.Module):
+    """BERT's span head for extractive question answering (Devlin et al., 2019, §4.2): a start
+    vector S and an end vector E, each scored against every final token vector Tᵢ (a row of Xᴸ).
+
+    ``qa_outputs`` is ``transformers.BertForQuestionAnswering``'s: an ``nn.Linear(d_model, 2)``
+    whose two rows are S and E. Its bias adds one number to every position's start (or end)
+    score, which the softmax over positions cancels: the probabilities and the best span are
+    those of the paper's bias-free S·Tᵢ and E·Tⱼ.
+
+    hidden: (B, N, d_model); key_mask: (B, N) bool, True where a span may start or end (None:
+    everywhere) -> start logits (B, N), end logits (B, N), -inf where ``key_mask`` is False.
+    """
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.qa_outputs = nn.Linear(d_model, 2)  # rows S, E
+
+    def forward(self, hidden: Tensor, key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        start, end = self.qa_outputs(hidden).unbind(-1)  # (B, N) each: S·Tᵢ, E·Tᵢ (+ bias)
+        if key_mask is not None:
+            start = start.masked_fill(~key_mask, float("-inf"))
+            end = end.masked_fill(~key_mask, float("-inf"))
+        return start, end
+
+
+class BertSpanExtractor(nn.Module):
+    """``BertForQuestionAnswering``'s computation on a (pre-trained) :class:`Bert`: its encoder,
+    then a :class:`SpanHead` initialised as BERT initialises (N(0, init_std²), zero bias).
+
+    ids, segments, key_mask: (B, N) (key_mask None: ``ids != pad_id``) -> start logits (B, N),
+    end logits (B, N), -inf at padding (Hugging Face leaves padding in the softmax)."""
+
+    def __init__(self, bert: Bert) -> None:
+        super().__init__()
+        self.bert = bert
+        self.head = SpanHead(bert.config.d_model)
+        self.head.apply(bert._init)
+
+    def forward(self, ids: Tensor, segments: Tensor | None = None,
+                key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if key_mask is None:
+            key_mask = ids != self.bert.config.pad_id
+        hidden, _ = self.bert.encode(ids, segments, key_mask)
+        return self.head(hidden, key_mask)
+
+
+def span_loss(start_logits: Tensor, end_logits: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    """The span objective: the mean over the batch of -log P(start) and of -log P(end), each a
+    softmax over the positions, averaged as ``BertForQuestionAnswering`` and BERT's
+    ``run_squad.py`` do, (start loss + end loss) / 2; the paper states the sum, twice this.
+
+    start_logits, end_logits: (B, N); start, end: (B,) long -> a scalar."""
+    return (F.cross_entropy(start_logits, start) + F.cross_entropy(end_logits, end)) / 2
+
+
+def best_span(start_logits: Tensor, end_logits: Tensor, max_len: int | None = None,
+              ) -> tuple[Tensor, Tensor]:
+    """The paper's prediction: the span (i, j) with j ≥ i that maximises S·Tᵢ + E·Tⱼ, the sum of
+    its start and end logits (at most ``max_len`` tokens long if given; the paper sets no limit).
+
+    start_logits, end_logits: (B, N) -> start (B,), end (B,) long."""
+    N = start_logits.shape[-1]
+    scores = start_logits[:, :, None] + end_logits[:, None, :]  # (B, N, N): [b, i, j]
+    i = torch.arange(N, device=scores.device)
+    allowed = i[None, :] >= i[:, None]  # (N, N): j ≥ i
+    if max_len is not None:
+        allowed = allowed & (i[None, :] - i[:, None] < max_len)
+    best = scores.masked_fill(~allowed, float("-inf")).flatten(1).argmax(-1)
+    return best // N, best % N
 
 
 def mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
