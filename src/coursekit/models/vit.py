@@ -64,20 +64,45 @@ class ViT(nn.Module):
     CLIP's bias-free patch projection; ``n_classes=None`` leaves the head out and ``forward``
     returns the normalised ``[CLS]`` vector (B, d_model), which CLIP projects.
     HF ViT's defaults are the exact GELU and LayerNorm ε = 1e-12.
+
+    Variants (the defaults are the ViT paper's, and Hugging Face's):
+
+    - ``pos="learned"``: a free vector per position (``pos_embed``, a parameter);
+      ``pos="sincos"``: fixed 2-D sin-cos embeddings (:func:`sincos_2d_pos_embed`, MAE's layout,
+      ``pos_embed`` a buffer, zero for ``[CLS]``); ``pos="none"``: no position information at all,
+      so that the encoder sees a bag of patches (``pos_embed`` is None).
+    - ``pool="cls"``: the head reads the final ``[CLS]`` token; ``pool="mean"``: there is no
+      ``[CLS]`` token (``cls_token`` is None, the sequence is the N patch tokens) and the head reads
+      the mean of LN(z_L) over the patch tokens: global average pooling, as in the ViT paper's
+      Appendix D.3 and in Beyer et al. (2022).
     """
 
     def __init__(self, image_size: int = 8, patch_size: int = 2, in_channels: int = 1,
                  d_model: int = 64, n_heads: int = 4, n_layers: int = 4, d_ff: int | None = None,
                  n_classes: int | None = 10, dropout: float = 0.0, activation: str = "gelu",
-                 eps: float = 1e-12, pre_norm: bool = False, patch_bias: bool = True) -> None:
+                 eps: float = 1e-12, pre_norm: bool = False, patch_bias: bool = True,
+                 pos: str = "learned", pool: str = "cls") -> None:
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size={image_size} is not a multiple of patch_size={patch_size}")
-        self.image_size, self.patch_size = image_size, patch_size
-        self.n_patches = (image_size // patch_size) ** 2
+        if pos not in ("learned", "sincos", "none"):
+            raise ValueError(f"pos={pos!r}: expected 'learned', 'sincos' or 'none'")
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool={pool!r}: expected 'cls' or 'mean'")
+        self.image_size, self.patch_size, self.pos, self.pool = image_size, patch_size, pos, pool
+        side = image_size // patch_size
+        self.n_patches = side * side
+        n_prefix = 1 if pool == "cls" else 0  # the [CLS] token, if any
         self.patch_embed = PatchEmbedding(patch_size, in_channels, d_model, bias=patch_bias)
-        self.cls_token = nn.Parameter(0.02 * torch.randn(1, 1, d_model))
-        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, self.n_patches + 1, d_model))
+        self.cls_token = nn.Parameter(0.02 * torch.randn(1, 1, d_model)) if n_prefix else None
+        if pos == "learned":
+            self.pos_embed = nn.Parameter(0.02 * torch.randn(1, self.n_patches + n_prefix, d_model))
+        elif pos == "sincos":
+            table = sincos_2d_pos_embed((side, side), d_model)  # (N, d_model)
+            table = torch.cat([torch.zeros(n_prefix, d_model), table])[None]  # [CLS]'s row: zeros
+            self.register_buffer("pos_embed", table)
+        else:
+            self.pos_embed = None
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = LayerNorm(d_model, eps) if pre_norm else None
         self.encoder = Encoder(n_layers, d_model, n_heads, d_ff or 4 * d_model, dropout,
@@ -85,10 +110,15 @@ class ViT(nn.Module):
         self.head = nn.Linear(d_model, n_classes) if n_classes else None
 
     def embed(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> z_0: (B, N + 1, d_model), the [CLS] token first."""
-        patches = self.patch_embed(images)  # (B, N, d_model)
-        cls = self.cls_token.expand(images.shape[0], -1, -1)  # (B, 1, d_model)
-        z = self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embed)
+        """(B, C, H, W) -> z_0: (B, N + 1, d_model), the [CLS] token first ((B, N, d_model) with
+        ``pool="mean"``, which has no [CLS] token)."""
+        z = self.patch_embed(images)  # (B, N, d_model)
+        if self.cls_token is not None:
+            cls = self.cls_token.expand(images.shape[0], -1, -1)  # (B, 1, d_model)
+            z = torch.cat([cls, z], dim=1)
+        if self.pos_embed is not None:
+            z = z + self.pos_embed
+        z = self.dropout(z)
         return self.pre_norm(z) if self.pre_norm is not None else z
 
     def features(self, images: Tensor, need_weights: bool = False,
@@ -98,9 +128,33 @@ class ViT(nn.Module):
         return self.encoder(self.embed(images), need_weights=need_weights)
 
     def forward(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> logits (B, n_classes), or the [CLS] vector (B, d_model) without head."""
-        cls = self.features(images)[0][:, 0]  # (B, d_model)
-        return self.head(cls) if self.head is not None else cls
+        """(B, C, H, W) -> logits (B, n_classes), or the pooled vector (B, d_model) without head:
+        the final [CLS] token, or with ``pool="mean"`` the mean of the final patch tokens."""
+        z = self.features(images)[0]  # (B, N + 1, d_model), or (B, N, d_model) without [CLS]
+        pooled = z[:, 0] if self.pool == "cls" else z.mean(dim=1)  # (B, d_model)
+        return self.head(pooled) if self.head is not None else pooled
+
+
+def sincos_2d_pos_embed(grid: tuple[int, int], d_model: int, temperature: float = 10000.0) -> Tensor:
+    """Fixed 2-D sin-cos position embeddings for a (rows, cols) patch grid -> (rows·cols, d_model),
+    patches in row-major order, laid out as MAE's (He et al., 2022) code lays them out.
+
+    Each half of the features encodes one grid coordinate with Chapter 5's sinusoids: the first
+    d_model/2 the column, the second d_model/2 the row, each as [sin(p·ω_f) | cos(p·ω_f)] with
+    ω_f = temperature^(−f/(d_model/4)), f = 0, ..., d_model/4 − 1 (MAE's code calls the first half
+    "h", but its grid puts the column there; Hugging Face's ``ViTMAEEmbeddings`` keeps this layout).
+    Beyer et al.'s big_vision has the same layout with ω_f = temperature^(−f/(d_model/4 − 1)).
+    """
+    if d_model % 4:
+        raise ValueError(f"d_model={d_model} is not a multiple of 4")
+    rows, cols = grid
+    omega = temperature ** (-torch.arange(d_model // 4, dtype=torch.float64) / (d_model // 4))
+    r, c = torch.meshgrid(torch.arange(rows, dtype=torch.float64),
+                          torch.arange(cols, dtype=torch.float64), indexing="ij")  # (rows, cols)
+    angles_c = c.flatten()[:, None] * omega  # (N, d_model/4): column · ω_f
+    angles_r = r.flatten()[:, None] * omega  # (N, d_model/4): row · ω_f
+    table = torch.cat([angles_c.sin(), angles_c.cos(), angles_r.sin(), angles_r.cos()], dim=1)
+    return table.float()
 
 
 def attention_rollout(weights: list[Tensor], residual: float = 0.5) -> Tensor:
