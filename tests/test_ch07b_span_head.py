@@ -18,7 +18,6 @@ import transformers
 
 from coursekit.models.bert import (
     Bert,
-    BertConfig,
     BertSpanExtractor,
     SpanHead,
     best_span,
@@ -28,18 +27,7 @@ from coursekit.models.bert import (
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-TOL = dict(atol=1e-4, rtol=1e-4)
-CONFIG = BertConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=16)
-
-
-def spread_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Redraw every parameter: LayerNorm gains 1 + 0.5·N(0, 1), everything else 0.5·N(0, 1)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            gain = "norm" in name and name.endswith("weight")
-            p.copy_((1.0 if gain else 0.0) + 0.5 * torch.randn(p.shape, generator=g))
-    return model.eval()
+from test_ch07b_bert import CONFIG, TOL, spread_  # noqa: E402  (the same model and weight spread)
 
 
 def to_hf_qa(model: BertSpanExtractor) -> dict[str, torch.Tensor]:

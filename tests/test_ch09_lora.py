@@ -148,11 +148,9 @@ def test_equal_to_peft_on_a_bert_model():
     assert trainable_parameters(ours) == sum(p.numel() for p in theirs.parameters() if p.requires_grad)
 
 
-def test_packed_in_proj_equals_separate_projections_under_peft():
-    """LoRA on the q and v blocks of a packed in_proj = peft's LoRA on separate q and v layers."""
-    from peft import LoraConfig, get_peft_model
-
-    d = 16
+def packed_and_separate(d: int) -> tuple[MultiHeadAttention, nn.ModuleDict]:
+    """A MultiHeadAttention with widely spread weights, and its packed in_proj split into three
+    separate q, k, v layers holding the same weights (peft's view of the same projections)."""
     torch.manual_seed(0)
     mha = spread_(MultiHeadAttention(d, 4))
     separate = nn.ModuleDict({p: nn.Linear(d, d) for p in "qkv"})
@@ -160,6 +158,15 @@ def test_packed_in_proj_equals_separate_projections_under_peft():
         for i, p in enumerate("qkv"):
             separate[p].weight.copy_(mha.in_proj.weight[i * d:(i + 1) * d])
             separate[p].bias.copy_(mha.in_proj.bias[i * d:(i + 1) * d])
+    return mha, separate
+
+
+def test_packed_in_proj_equals_separate_projections_under_peft():
+    """LoRA on the q and v blocks of a packed in_proj = peft's LoRA on separate q and v layers."""
+    from peft import LoraConfig, get_peft_model
+
+    d = 16
+    mha, separate = packed_and_separate(d)
     theirs = get_peft_model(separate, LoraConfig(r=2, lora_alpha=6, lora_dropout=0.0,
                                                  target_modules=["q", "v"]))
     ours = copy.deepcopy(mha)
@@ -230,13 +237,7 @@ def test_rslora_on_the_packed_in_proj_equals_peft():
     from peft import LoraConfig, get_peft_model
 
     d, r = 16, 9
-    torch.manual_seed(0)
-    mha = spread_(MultiHeadAttention(d, 4))
-    separate = nn.ModuleDict({p: nn.Linear(d, d) for p in "qkv"})
-    with torch.no_grad():
-        for i, p in enumerate("qkv"):
-            separate[p].weight.copy_(mha.in_proj.weight[i * d:(i + 1) * d])
-            separate[p].bias.copy_(mha.in_proj.bias[i * d:(i + 1) * d])
+    mha, separate = packed_and_separate(d)
     theirs = get_peft_model(separate, LoraConfig(r=r, lora_alpha=6, lora_dropout=0.0, use_rslora=True,
                                                  target_modules=["q", "v"]))
     ours = copy.deepcopy(mha)
