@@ -334,7 +334,7 @@ def train_task(model: nn.Module, task: str, steps: int, lr: float = 3e-3, batch_
 
     generator = torch.Generator().manual_seed(draw(seed))
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, foreach=True)  # as fit's
     history = fit(model, task_loss, lambda step: digit_task(task, batch_size, generator),
                   steps=steps, optimizer=optimizer, desc=desc)
     return history, optimizer

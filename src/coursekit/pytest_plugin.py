@@ -142,6 +142,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if edition is None or report.when != "call":
         return
     path = Path(str(item.parent.fspath)).resolve()
+    if edition == "instructor" and report.passed and received:
+        _fail_when_a_solution_loses_points(report, received)
     if not report.passed or item.test_outputs is None or received is None:
         _executions.pop(path, None)  # a failed or skipped cell: this execution is not cached
         return
@@ -158,6 +160,20 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         except Exception as err:  # the book build will execute the chapter itself
             warnings.warn(f"{path.name}: its execution was not cached for the book ({err!r})",
                           stacklevel=1)
+
+
+FELL_BACK = "The rest of the chapter uses coursekit's"  # check()'s line for a failed exercise
+
+
+def _fail_when_a_solution_loses_points(report, received: list) -> None:
+    """In the instructor edition every ``check(...)`` grades the book's own solution: a cell
+    whose check fell back to coursekit's implementation fails, with what check printed.
+    (nbval in lax mode compares no output, and check prints rather than raises.)"""
+    printed = "".join(o.get("text", "") for o in received if o.get("output_type") == "stream")
+    if FELL_BACK in printed:
+        report.outcome = "failed"
+        report.longrepr = ("the solution in this cell did not earn full marks from its own "
+                           "check(); check printed:\n" + printed[-3000:])
 
 
 def _cache(run: _Execution) -> None:

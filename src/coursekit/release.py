@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"
 EXERCISE_TAG = "exercise"
@@ -160,6 +158,8 @@ def normalise(nb, keep_outputs: bool) -> None:
 
 def student_edition(solution_path: Path):
     """The student notebook for one solutions notebook, as an in-memory nbformat object."""
+    import nbformat
+
     try:
         nb = nbformat.read(solution_path, as_version=NB_VERSION)
     except Exception as err:
@@ -184,6 +184,8 @@ def student_edition(solution_path: Path):
 
 
 def render(nb) -> str:
+    import nbformat
+
     return nbformat.writes(nb, version=NB_VERSION) + "\n"
 
 
@@ -193,6 +195,8 @@ def release(solutions: Path, notebooks: Path, check: bool = False) -> list[str]:
     When the book's ``_config.yml`` sits beside ``solutions``, the set-up cell of every solutions
     notebook is first given the install block for its ``repository.url`` (written in place, or
     reported as stale with ``check``)."""
+    import nbformat
+
     if not solutions.is_dir():
         raise ReleaseError(f"{solutions} is not a folder of solution notebooks")
     changed = []
@@ -230,6 +234,7 @@ def store_checked_outputs(path: Path, timeout: int = 600) -> int:
     This is how the expected outputs that nbval compares are (re)generated. Returns how many
     cells kept an output.
     """
+    import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=NB_VERSION)

@@ -52,8 +52,6 @@ class Vocab:
             ([self.bos_id] if bos else []) + self.encode(s) + ([self.eos_id] if eos else [])
             for s in sequences
         ]
-        lengths = torch.tensor([len(e) for e in encoded])
-        ids = torch.full((len(encoded), int(lengths.max())), self.pad_id, dtype=torch.long)
-        for row, e in enumerate(encoded):
-            ids[row, : len(e)] = torch.tensor(e, dtype=torch.long)
-        return ids, lengths
+        width = max(map(len, encoded))
+        ids = torch.tensor([e + [self.pad_id] * (width - len(e)) for e in encoded], dtype=torch.long)
+        return ids, torch.tensor([len(e) for e in encoded])

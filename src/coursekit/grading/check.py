@@ -62,9 +62,18 @@ def cell_source(fn: Any) -> str | None:
     return None
 
 
+def executed_cells() -> list[str]:
+    """The sources of the cells this kernel has run, as IPython keeps them in ``linecache``
+    under names that are not files. Unlike the history ``In``, they are kept for cells run
+    without history too, as nbval runs every cell (``store_history=False``)."""
+    return ["".join(entry[2]) for name, entry in list(linecache.cache.items())
+            if len(entry) == 4 and entry[1] is None and not os.path.exists(name)]
+
+
 def notebook_provided(fn: Any) -> dict[str, str]:
-    """The exercises the notebook imports from coursekit, read from the kernel's history of
-    executed cells (``In``) as the batch grader reads them from the submission's cells."""
+    """The exercises the notebook imports from coursekit, read from the cells the kernel has
+    executed (its history ``In`` and :func:`executed_cells`) as the batch grader reads them
+    from the submission's cells."""
     history = getattr(fn, "__globals__", None) or {}
     if isinstance(fn, type):
         method = next((v for v in vars(fn).values() if hasattr(v, "__globals__")), None)
@@ -72,7 +81,8 @@ def notebook_provided(fn: Any) -> dict[str, str]:
     cells = history.get("In")
     if not isinstance(cells, list):
         return {}
-    return provided_names([c for c in cells if isinstance(c, str)], all_suites())
+    return provided_names([c for c in [*cells, *executed_cells()] if isinstance(c, str)],
+                          all_suites())
 
 
 def grade_source(suite: Suite, source: str, provided: dict[str, str] | None = None) -> SuiteResult:
