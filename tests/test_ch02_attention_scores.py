@@ -254,7 +254,10 @@ def test_attention_seq2seq_unidirectional_and_gradients_reach_the_attention():
 class _LastState(nn.Module):
     """An 'attention' that always reads the last real encoder state h_N (no search)."""
 
-    def forward(self, s, h, mask):
+    def keys(self, h):                                                # nothing to precompute
+        return None
+
+    def forward(self, s, h, mask, keys=None):
         last = mask.sum(-1) - 1                                       # (B,) index of h_N
         weights = F.one_hot(last, h.shape[1]).to(h.dtype)
         return h[torch.arange(h.shape[0]), last], weights
@@ -305,3 +308,21 @@ def test_captioner_shapes_weights_and_teacher_forcing():
     cnn_out = model.encoder.cnn(batch.images)                       # (B, C, 3, 3)
     expected = model.encoder.norm(model.encoder.proj(cnn_out[:, :, 1, 2]) + model.encoder.position[5])
     torch.testing.assert_close(features[:, 5], expected, **TOL)
+
+
+def test_keys_computed_once_give_the_same_scores_as_computed_at_every_step():
+    """The decoders compute U h_j once per sentence (AdditiveAttention.keys) and pass it to
+    every step: the same context and weights, to the bit, as computing it inside the step."""
+    torch.manual_seed(0)
+    layer = AdditiveAttention(d_query=6, d_key=10, d_attn=8)
+    for p in layer.parameters():
+        nn.init.normal_(p, std=0.5)
+    s, h = torch.randn(3, 6), torch.randn(3, 5, 10)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2, [True] + [False] * 4])
+    keys = layer.keys(h)
+    assert keys.shape == (3, 5, 8)
+    for got, want in zip(layer(s, h, mask, keys), layer(s, h, mask), strict=True):
+        assert torch.equal(got, want)
+    W, U, v = layer.W.weight, layer.U.weight, layer.v.weight[0]
+    by_hand = (torch.tanh((s @ W.T)[:, None] + h @ U.T) * v).sum(-1)   # vᵀ tanh(W s + U h_j)
+    torch.testing.assert_close(additive_score(s, h, W, U, v), by_hand)

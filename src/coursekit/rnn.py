@@ -168,20 +168,24 @@ class AttentionSeq2Seq(nn.Module):
         return h, padding_mask(src_len.to(src.device), src.shape[1]), (s0, torch.zeros_like(s0))
 
     def step(
-        self, y_prev: Tensor, state: tuple[Tensor, Tensor], h: Tensor, mask: Tensor
+        self, y_prev: Tensor, state: tuple[Tensor, Tensor], h: Tensor, mask: Tensor,
+        keys: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor]:
-        """One decoder step. y_prev: (B,) ids -> logits (B, V_tgt), new state, weights α_i (B, N)."""
+        """One decoder step. y_prev: (B,) ids; keys: ``self.attention.keys(h)``, the part of the
+        scores that is the same at every step (None: computed here) -> logits (B, V_tgt), new
+        state, weights α_i (B, N)."""
         y = self.tgt_emb(y_prev)
-        c, alpha = self.attention(state[0], h, mask)  # uses s_{i-1}
+        c, alpha = self.attention(state[0], h, mask, keys)  # uses s_{i-1}
         state = self.decoder(torch.cat([y, c], dim=-1), state)
         return self.out(torch.cat([state[0], c, y], dim=-1)), state, alpha
 
     def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing. tgt_in: (B, N_out) starts with BOS -> logits (B, N_out, V_tgt)."""
         h, mask, state = self.encode(src, src_len)
+        keys = self.attention.keys(h)  # U h_j: once per sentence, not at every step
         logits = []
         for y_prev in tgt_in.unbind(dim=1):
-            step_logits, state, _ = self.step(y_prev, state, h, mask)
+            step_logits, state, _ = self.step(y_prev, state, h, mask, keys)
             logits.append(step_logits)
         return torch.stack(logits, dim=1)
 
@@ -189,10 +193,11 @@ class AttentionSeq2Seq(nn.Module):
     def generate(self, src: Tensor, src_len: Tensor, max_len: int, bos_id: int) -> tuple[Tensor, Tensor]:
         """Greedy decoding -> token ids (B, max_len) and attention weights α (B, max_len, N)."""
         h, mask, state = self.encode(src, src_len)
+        keys = self.attention.keys(h)
         token = src.new_full((src.shape[0],), bos_id)
         tokens, weights = [], []
         for _ in range(max_len):
-            step_logits, state, alpha = self.step(token, state, h, mask)
+            step_logits, state, alpha = self.step(token, state, h, mask, keys)
             token = step_logits.argmax(-1)
             tokens.append(token)
             weights.append(alpha)

@@ -10,7 +10,7 @@ fresh namespace that holds
   coursekit's implementation as well, so that one bug is not charged twice.
 
 :func:`provided_names` reads the imports from the notebook's code (the batch grader from the
-submission's cells, ``check()`` from the kernel's history of executed cells), so both derive the
+submission's cells, ``check()`` from the cells the kernel has executed), so both derive the
 namespace the same way. A helper an exercise needs belongs inside its exercise cell.
 """
 
