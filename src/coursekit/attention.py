@@ -69,8 +69,8 @@ def additive_score_from_keys(s: Tensor, keys: Tensor, W: Tensor, v: Tensor) -> T
     """:func:`additive_score` with the keys U h_j already computed. keys: (B, N, d_a).
 
     U h_j does not depend on the decoder's step, so a decoder computes the keys once per
-    sentence and only W s_{i-1} at every step (a fifth less time per training step for Chapter
-    2's decoders on one CPU thread)."""
+    sentence and only W s_{i-1} at every step (for Chapter 2b's attention model on one CPU
+    thread, 45 -> 36 ms per training step)."""
     return torch.tanh((s @ W.T)[:, None, :] + keys) @ v
 
 

@@ -36,7 +36,14 @@ def _store_outputs(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    import faulthandler
+    import signal
+
     from coursekit.grading.batch import HarnessError, Limits, grade
+
+    # `kill -USR1 <pid>` prints where every thread of a long batch is (to stderr), without
+    # stopping it: how a run that seems stuck is diagnosed
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     limits = Limits(timeout=args.timeout, case_timeout=args.case_timeout,
                     memory_mib=args.memory, output_kib=args.output)
