@@ -43,7 +43,10 @@ def _grade(args: argparse.Namespace) -> int:
 
     # `kill -USR1 <pid>` prints where every thread of a long batch is (to stderr), without
     # stopping it: how a run that seems stuck is diagnosed
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (OSError, ValueError):  # stderr is not a file (called in-process, captured)
+        pass
 
     limits = Limits(timeout=args.timeout, case_timeout=args.case_timeout,
                     memory_mib=args.memory, output_kib=args.output)
