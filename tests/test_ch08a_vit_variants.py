@@ -7,28 +7,16 @@ downloaded), and a whole ViT with ``pos="sincos"`` is checked against it with po
 the defaults are checked to leave the model of the ViT paper (and Hugging Face's) unchanged.
 """
 
-import re
 
 import pytest
 import torch
 import transformers  # the authority: a broken install fails these tests, never skips them
+from test_ch08_vit_clip import TOL, spread_  # the same tolerance and weight spread
 from torch import nn
 
 from coursekit.models.vit import ViT, encoder_layers_from_hf, patchify, sincos_2d_pos_embed
 
 transformers.logging.set_verbosity_error()
-TOL = dict(atol=1e-4, rtol=1e-4)
-
-
-def spread_(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Every parameter redrawn with std 0.5 (LayerNorm gains 1 ± 0.5): a wrong norm, scale or
-    position table changes the outputs by far more than the tolerance."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = 0.5 * torch.randn(p.shape, generator=g)
-            p.copy_(1 + noise if re.search(r"(layernorm\w*|norm\d?)\.weight$", name) else noise)
-    return module.eval()
 
 
 def hf_mae(image_size=8, patch_size=2, hidden_size=32, layers=2):

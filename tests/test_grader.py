@@ -523,7 +523,7 @@ def test_ctrl_c_stops_the_workers_and_keeps_what_is_graded(tmp_path):
         run.kill()
     stderr = run.stderr.read()
     assert run.wait(timeout=5) == 130, f"no clean stop after {took:.0f} s:\n{stderr[-8000:]}"
-    # 2.6-4.1 s with both cores busy (four spinning processes); once, in CI, with Chromium
+    # 2.6 s with two spinning processes, 3.6-4.1 s with four; once, in CI, with Chromium
     # auditing the book on the other core, more than 30 s, cause not found: past 30 s every
     # thread's stack is in stderr, shown here when the stop fails
     assert took < 60, f"the stop took {took:.0f} s:\n{stderr[-8000:]}"

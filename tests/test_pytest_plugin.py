@@ -53,3 +53,22 @@ def test_the_instructor_edition_and_the_browser_test_are_one_unit_of_work():
 def test_executions_go_where_each_edition_builds_from():
     assert execution_cache("instructor") == ROOT / "_build" / ".jupyter_cache"
     assert execution_cache("student") == ROOT / "_build" / "student" / ".jupyter_cache"
+
+
+def test_an_instructor_check_that_falls_back_fails_its_cell():
+    """check() prints; nbval's lax mode compares no output. The plugin fails the cell when the
+    book's own solution did not earn full marks (check fell back to coursekit's version)."""
+    class Report:
+        outcome, longrepr = "passed", None
+
+    def stream(text):
+        return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+    full = [stream("Exercise 03.1 · scaled_dot_product_attention: 3 / 3 points (5/5 cases)\n")]
+    lost = [stream("Exercise 06.3 · EncoderBlock: 0 / 4 points (0/9 cases)\n"),
+            stream("The rest of the chapter uses coursekit's EncoderBlock.\n")]
+    kept, failed = Report(), Report()
+    pytest_plugin._fail_when_a_solution_loses_points(kept, full)
+    pytest_plugin._fail_when_a_solution_loses_points(failed, lost)
+    assert kept.outcome == "passed" and kept.longrepr is None
+    assert failed.outcome == "failed" and "0 / 4 points" in failed.longrepr

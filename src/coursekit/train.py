@@ -62,8 +62,8 @@ def fit(
     ``callback(step, history)`` runs every ``every`` steps (evaluation, logging a metric).
     """
     # foreach: one kernel per update for all parameters instead of one per tensor (PyTorch's
-    # default on CUDA, not on the CPU). The same arithmetic, the same bits; 1.5-4 ms less per
-    # step for the book's small models on one CPU thread.
+    # default on CUDA, not on the CPU). The same arithmetic, the same bits; an AdamW step on one
+    # CPU thread: 0.70 -> 0.44 ms for Chapter 1's seq2seq, 5.0 -> 2.5 ms for 06a's encoder.
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
                                                foreach=True)
     scheduler = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(
