@@ -155,3 +155,31 @@ def test_every_parameter_of_the_exercise_is_given_another_value_by_some_case(sui
              if not any(_differs(v, default) for v in seen.get(name, []))]
     assert not never, (f"{suite.name}: no case gives {', '.join(never)} a value other than "
                        "the default")
+
+
+def test_the_reference_runs_once_per_case_and_its_outputs_are_copies():
+    """reference_outputs computes each case once per suite object (a batch pays for it once),
+    hands out copies (a judge that writes into them changes nothing), and a suite rebuilt with
+    other cases (hidden ones added) starts afresh."""
+    import dataclasses
+
+    from coursekit.grading.suite import Case, Suite, reference_outputs
+
+    calls = []
+
+    def double(x):
+        calls.append(x.shape)
+        return 2 * x
+
+    suite = Suite("99.1", "double", 2, double, [Case("a", lambda g: (torch.randn(3, generator=g),)),
+                                              Case("b", lambda g: (torch.randn(5, generator=g),))])
+    first = reference_outputs(suite, 0)
+    first[0].zero_()
+    again = reference_outputs(suite, 0)
+    torch.testing.assert_close(again[0], 2 * suite.inputs(0)[0])
+    assert run_suite(suite, lambda x: x + x).status == "passed"
+    assert run_suite(suite, lambda x: 3 * x).status == "failed"
+    assert calls == [(3,), (5,)]
+    more = dataclasses.replace(suite, cases=[*suite.cases, Case("c", lambda g: (torch.ones(7),))])
+    assert run_suite(more, lambda x: x + x).status == "passed"
+    assert calls == [(3,), (5,), (3,), (5,), (7,)]

@@ -617,14 +617,21 @@ def _separating_argument(suite: Suite, visible: list[int], failed: list[int]) ->
 
 
 def reference_outputs(suite: Suite, index: int) -> Outputs:
-    with torch.no_grad():
-        outputs = as_outputs(suite.run(suite.reference, suite.inputs(index), index))
-    detached = [t.detach() for t in outputs]
+    """The reference's outputs on case ``index``: computed once per suite object and process
+    (a case's inputs are seeded, so they are the same every time), then copied. Grading a batch
+    pays for the reference once, not once per submission: 07.3's five cases take 2.2 s."""
+    cache = suite.__dict__.setdefault("_reference_outputs", {})
+    if index not in cache:
+        with torch.no_grad():
+            outputs = as_outputs(suite.run(suite.reference, suite.inputs(index), index))
+        cache[index] = outputs
+    outputs = cache[index]
+    copied = [t.detach().clone() for t in outputs]
     if isinstance(outputs, Labelled):
-        detached = _labelled(detached[:outputs.size],
-                             dict(zip(outputs.labels[outputs.size:], detached[outputs.size:],
-                                      strict=True)))
-    return detached
+        copied = _labelled(copied[:outputs.size],
+                           dict(zip(outputs.labels[outputs.size:], copied[outputs.size:],
+                                    strict=True)))
+    return copied
 
 
 def _attempt(got: Outputs | str | Attempt) -> Attempt:
