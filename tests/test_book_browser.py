@@ -368,7 +368,7 @@ def instructor_pages(browser, base_url, pages) -> dict[str, tuple[list[str], lis
             before_audit = len(problems)
             violations = axe_violations(visit.page, repeated_code_colours_once=True)
             # axe's style-sheet preload fetches theme.css's `@import "../basic.css"` relative to
-            # the page instead of the style sheet (a 404 on /basic.css for book/*.html): axe's
+            # the page instead of the style sheet (a 404 on /basic.css, from every page): axe's
             # requests, not the book's
             del problems[before_audit:]
             responding, explorer_problems = _check_explorers(visit)
@@ -566,7 +566,7 @@ MARK_REPEATED_CODE_COLOURS = """() => {
 def axe_violations(page, repeated_code_colours_once: bool = False) -> list[dict]:
     """axe-core's violations on the page as it is now: [{"id", "impact", "help", "nodes"}].
     With ``repeated_code_colours_once``, the colour-contrast rule checks each combination of
-    colours and fonts in highlighted code once (MARK_REPEATED_CODE_COLOURS); every other rule
+    colours and fonts in highlighted code and in tables once (MARK_REPEATED_CODE_COLOURS); every other rule
     and every other element is audited as usual, in the same run."""
     try:
         from axe_playwright_python.sync_playwright import Axe
