@@ -350,13 +350,16 @@ def test_a_second_build_takes_every_chapter_from_the_cache(build_log: str):
 
 
 @pytest.fixture(scope="module")
-def instructor_pages(browser, base_url, pages) -> dict[str, tuple[list[str], list[dict]]]:
+def instructor_pages(browser, base_url, pages) -> dict[str, tuple[list[str], list[dict], list[str]]]:
     """Every page of the instructor edition, opened once: path -> (what went wrong on it,
-    axe's violations). On each page, in this order: the load (console errors, failed or external
-    requests), raw math, broken images, a screenshot, the axe audit (of the page as loaded), then
-    the explorers' sliders and the concept checks' answers (which change the page)."""
+    axe's violations, what is wrong with its solution toggles). On each page, in this order: the
+    load (console errors, failed or external requests), raw math, broken images, a screenshot,
+    the axe audit (of the page as loaded), then the solution toggles (opened), the explorers'
+    sliders and the concept checks' answers."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     found, concept_pages = {}, _concept_pages()
+    exercised = {f"solutions/{nb.stem}.html" for nb in (ROOT / "solutions").glob("*.ipynb")
+                 if _has_exercises(nb)}
     for path in pages:
         visit = Visit(browser, base_url, path)
         try:
@@ -371,6 +374,8 @@ def instructor_pages(browser, base_url, pages) -> dict[str, tuple[list[str], lis
             # the page instead of the style sheet (a 404 on /basic.css, from every page): axe's
             # requests, not the book's
             del problems[before_audit:]
+            toggles = (_check_toggles(visit, path in exercised) if path.startswith("solutions/")
+                       else [])
             responding, explorer_problems = _check_explorers(visit)
             problems += explorer_problems
             if CHAPTER.fullmatch(path) and not responding:
@@ -381,7 +386,7 @@ def instructor_pages(browser, base_url, pages) -> dict[str, tuple[list[str], lis
                 problems.append("its concept checks are missing from the page (no .ck-concepts)")
         finally:
             visit.close()
-        found[path] = (problems, violations)
+        found[path] = (problems, violations, toggles)
     return found
 
 
@@ -392,7 +397,7 @@ def test_every_page_renders_offline_and_its_explorers_respond(pages, instructor_
     the static book). Screenshots go to
     _build/screenshots/."""
     assert [p for p in pages if CHAPTER.fullmatch(p)], f"no chapter page among {pages}"
-    failures = {path: problems for path, (problems, _) in instructor_pages.items() if problems}
+    failures = {path: problems for path, (problems, *_) in instructor_pages.items() if problems}
     report = "\n".join(f"{path}:\n  " + "\n  ".join(p) for path, p in failures.items())
     assert not failures, f"{len(failures)} of {len(pages)} pages failed:\n{report}"
 
@@ -479,31 +484,40 @@ def _has_exercises(notebook: Path) -> bool:
     return any("exercise" in c.get("metadata", {}).get("tags", []) for c in cells)
 
 
-def test_solutions_are_collapsed_toggles_under_the_students_stub(browser, base_url, pages):
+def _check_toggles(visit: Visit, exercised: bool) -> list[str]:
+    """Every solution of a chapter page is a collapsed toggle right under the student's stub,
+    one per exercise label; opened, it shows the solution. Returns the problems."""
+    page, path, problems = visit.page, visit.path, []
+    labels = page.locator(".ck-exercise-label")
+    toggles = page.locator("details.ck-solution")
+    if toggles.count() != labels.count():
+        problems.append(f"{toggles.count()} solution toggles for {labels.count()} exercises")
+    if exercised and labels.count() < 1:
+        problems.append("no exercise label on a chapter with exercises")
+    for i in range(toggles.count()):
+        toggle = toggles.nth(i)
+        if toggle.get_attribute("open") is not None:
+            problems.append(f"solution {i + 1} is open")
+        stub = toggle.locator("xpath=preceding-sibling::*[1]").inner_text()
+        if "raise NotImplementedError" not in stub:
+            problems.append(f"solution {i + 1}: no stub above it")
+        toggle.locator("summary").click()
+        solution = toggle.locator("pre")
+        if toggle.get_attribute("open") is None or not solution.is_visible():
+            problems.append(f"solution {i + 1} does not open")
+        elif "NotImplementedError" in solution.inner_text() or "SOLUTION" in solution.inner_text():
+            problems.append(f"solution {i + 1} shows the stub or a SOLUTION marker")
+    return [f"{path}: {p}" for p in problems]
+
+
+def test_solutions_are_collapsed_toggles_under_the_students_stub(pages, instructor_pages):
     chapters = [p for p in pages if p.startswith("solutions/")]
     # a chapter's later notebooks (02b_..., 06b_...) may hold no exercise
     exercised = {f"solutions/{nb.stem}.html" for nb in (ROOT / "solutions").glob("*.ipynb")
                  if _has_exercises(nb)}
     assert exercised and exercised <= set(chapters), (exercised, chapters)
-    for path in chapters:
-        visit = Visit(browser, base_url, path)
-        try:
-            labels = visit.page.locator(".ck-exercise-label")
-            toggles = visit.page.locator("details.ck-solution")
-            assert toggles.count() == labels.count(), path
-            assert labels.count() >= (1 if path in exercised else 0), path
-            for i in range(toggles.count()):
-                toggle = toggles.nth(i)
-                assert toggle.get_attribute("open") is None, f"{path}: solution {i + 1} is open"
-                stub = toggle.locator("xpath=preceding-sibling::*[1]").inner_text()
-                assert "raise NotImplementedError" in stub, f"{path}: no stub above solution"
-                toggle.locator("summary").click()
-                assert toggle.get_attribute("open") is not None
-                solution = toggle.locator("pre").inner_text()
-                assert "NotImplementedError" not in solution and "SOLUTION" not in solution
-                assert toggle.locator("pre").is_visible()
-        finally:
-            visit.close()
+    problems = [p for path in chapters for p in instructor_pages[path][2]]
+    assert not problems, "\n".join(problems)
 
 
 def test_launch_and_download_buttons_follow_the_repository_setting(browser, base_url, pages):
@@ -593,7 +607,7 @@ def test_every_page_passes_the_axe_accessibility_audit(instructor_pages):
     """axe-core on every page once its math is typeset: no serious or critical violation (a
     toggle or control without a name, a broken ARIA structure, ...). Moderate and minor ones are
     printed (`pytest -s`), with the rule, the impact and the element."""
-    report_audit({path: violations for path, (_, violations) in instructor_pages.items()},
+    report_audit({path: violations for path, (_, violations, _) in instructor_pages.items()},
                  "instructor")
 
 
