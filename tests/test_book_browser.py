@@ -12,7 +12,7 @@ accessibility tools, from ``axe-playwright-python``, which ships it: nothing is 
 every page; a serious or critical violation fails it. Each page of the instructor edition is
 opened once for all of this (the audit runs on the page as loaded, before the sliders move), and
 the contrast of colours repeated in code and tables is checked once per page (see
-MARK_REPEATED_CODE_COLOURS): the audits took 870 s of a CI run before. A screenshot of every page
+MARK_REPEATED_COLOURS): the audits took 870 s of a CI run before. A screenshot of every page
 lands in ``_build/screenshots``.
 
 Chromium comes from Debian (``apt-get install chromium``); Playwright drives it and downloads no
@@ -369,7 +369,7 @@ def instructor_pages(browser, base_url, pages) -> dict[str, tuple[list[str], lis
             visit.page.screenshot(path=SCREENSHOTS / f"{_screenshot_name(path)}.png",
                                   full_page=True)
             before_audit = len(problems)
-            violations = axe_violations(visit.page, repeated_code_colours_once=True)
+            violations = axe_violations(visit.page, repeated_colours_once=True)
             # axe's style-sheet preload fetches theme.css's `@import "../basic.css"` relative to
             # the page instead of the style sheet (a 404 on /basic.css, from every page): axe's
             # requests, not the book's
@@ -553,7 +553,7 @@ AXE_FAILS_ON = ("serious", "critical")
 # ancestor's background, opacity, blend mode and filter) an earlier visible one already has; the
 # contrast rule leaves the marked ones out. Hidden ones (in a collapsed solution) are never the
 # representative: axe skips hidden text.
-MARK_REPEATED_CODE_COLOURS = """() => {
+MARK_REPEATED_COLOURS = """() => {
   const behind = new Map();
   const chain = el => {
     if (!el) return "";
@@ -577,19 +577,19 @@ MARK_REPEATED_CODE_COLOURS = """() => {
 }"""
 
 
-def axe_violations(page, repeated_code_colours_once: bool = False) -> list[dict]:
+def axe_violations(page, repeated_colours_once: bool = False) -> list[dict]:
     """axe-core's violations on the page as it is now: [{"id", "impact", "help", "nodes"}].
-    With ``repeated_code_colours_once``, the colour-contrast rule checks each combination of
-    colours and fonts in highlighted code and in tables once (MARK_REPEATED_CODE_COLOURS); every other rule
+    With ``repeated_colours_once``, the colour-contrast rule checks each combination of
+    colours and fonts in highlighted code and in tables once (MARK_REPEATED_COLOURS); every other rule
     and every other element is audited as usual, in the same run."""
     try:
         from axe_playwright_python.sync_playwright import Axe
     except ImportError:
         pytest.fail("the accessibility audit needs axe-playwright-python: "
                     "`pip install -r requirements.txt`", pytrace=False)
-    if not repeated_code_colours_once:
+    if not repeated_colours_once:
         return Axe().run(page).response["violations"]
-    page.evaluate(MARK_REPEATED_CODE_COLOURS)
+    page.evaluate(MARK_REPEATED_COLOURS)
     page.evaluate(Axe().axe_script)
     return page.evaluate("""async () => {
       axe.configure({rules: [{id: "color-contrast", selector: "*:not([data-ck-same-contrast])"}]});
@@ -617,7 +617,7 @@ def audit(browser, base_url: str, pages: list[str], edition: str) -> None:
     for path in pages:
         visit = Visit(browser, base_url, path)
         try:
-            found[path] = axe_violations(visit.page, repeated_code_colours_once=True)
+            found[path] = axe_violations(visit.page, repeated_colours_once=True)
         finally:
             visit.close()
     report_audit(found, edition)
@@ -706,7 +706,7 @@ REPEATED_LOW_CONTRAST = """<!DOCTYPE html><html lang="en"><head><title>t</title>
 
 
 def test_the_audit_checks_each_colour_of_code_and_tables_once_and_misses_none(browser):
-    """The pages' audit checks repeated colours once (MARK_REPEATED_CODE_COLOURS): four
+    """The pages' audit checks repeated colours once (MARK_REPEATED_COLOURS): four
     low-contrast tokens of one colour are one finding instead of four, and a colour whose first
     token is hidden in a collapsed toggle is still found where it is shown."""
     counts = {}
@@ -714,7 +714,7 @@ def test_the_audit_checks_each_colour_of_code_and_tables_once_and_misses_none(br
         page = browser.new_page()
         try:
             page.set_content(REPEATED_LOW_CONTRAST)
-            found = axe_violations(page, repeated_code_colours_once=once)
+            found = axe_violations(page, repeated_colours_once=once)
         finally:
             page.close()
         counts[once] = sorted(node["html"] for v in found if v["id"] == "color-contrast"

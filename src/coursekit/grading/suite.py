@@ -619,7 +619,8 @@ def _separating_argument(suite: Suite, visible: list[int], failed: list[int]) ->
 def reference_outputs(suite: Suite, index: int) -> Outputs:
     """The reference's outputs on case ``index``: computed once per suite object and process
     (a case's inputs are seeded, so they are the same every time), then copied. Grading a batch
-    pays for the reference once, not once per submission: 07.3's five cases take 2.2 s."""
+    pays for the reference once, not once per submission: checking 07.3 (Hugging Face's
+    collator is its reference) takes 1.8-2.0 s the first time, 0.25-0.27 s after."""
     cache = suite.__dict__.setdefault("_reference_outputs", {})
     if index not in cache:
         with torch.no_grad():
