@@ -306,3 +306,33 @@ def test_bert_parameter_formula_counts_hugging_faces_bert_model():
     L, d, d_ff, _ = BERT_PUBLISHED["BERT-base"]
     assert bert_parameters(L, d, d_ff, 30522, 512) == 109_482_240  # bert-base-uncased's count
 
+
+
+def test_shipped_long_budget_bert_loads_and_reaches_what_the_notebook_asserts():
+    from coursekit.data.bert_pretrained import (
+        CHECKPOINT,
+        language,
+        load_checkpoint,
+        masked_word_accuracy,
+        nsp_accuracy,
+    )
+
+    assert CHECKPOINT.stat().st_size < 1_000_000, "the shipped checkpoint must stay small"
+    model, curve = load_checkpoint()
+    _, test = language()
+    accuracy = {**masked_word_accuracy(model, test), "NSP": nsp_accuracy(model, test)}
+    assert accuracy["pronoun"] > 0.9, accuracy  # left to right can reach 0.6
+    assert accuracy["state 1"] > 0.25 + 3 * (0.25 / len(test)) ** 0.5, accuracy  # left to right: 1/4
+    assert accuracy["NSP"] > 0.85, accuracy  # the one-hop cue is about 0.75
+    last_step, stored = curve[-1]
+    assert last_step == 4000 and stored == pytest.approx(accuracy, abs=1e-6), "the curve is this model's"
+    at = dict(curve)
+    assert at[1500]["pronoun"] < 0.7 < 0.9 < at[last_step]["pronoun"], "learned after step 1,500"
+
+
+def test_the_long_budget_recipe_runs_and_records_its_curve():
+    from coursekit.data.bert_pretrained import pretrain
+
+    model, curve = pretrain(steps=4, batch_size=8, every=2)
+    assert [step for step, _ in curve] == [2, 4]
+    assert set(curve[0][1]) == {*bert_inputs.WORD_TYPES, "NSP"} and not model.training
