@@ -265,6 +265,33 @@ def test_shipped_in_context_checkpoint_loads_and_learns_in_context():
     assert curve[-1][1] >= 0.9 and curve[0][1] < 0.3, "the stored training curve"
 
 
+def test_the_shipped_trace_belongs_to_the_shipped_model():
+    # its last point is the shipped model itself: same head scores, same loss on the same batch
+    from coursekit.data.incontext import head_scores, in_context_loss, load_checkpoint, load_trace
+
+    model, task, curve = load_checkpoint()
+    trace = load_trace()
+    n = len(trace["step"])
+    assert trace["step"] == [step for step, _ in curve] == list(range(100, 100 * n + 1, 100))
+    assert trace["previous"].shape == trace["matching"].shape == (n, 2, 4)
+    previous, matching = head_scores(model, task)
+    torch.testing.assert_close(trace["previous"][-1], previous, atol=1e-5, rtol=0)
+    torch.testing.assert_close(trace["matching"][-1], matching, atol=1e-5, rtol=0)
+    held_out = task.train_batch(1000, torch.Generator().manual_seed(2))  # seed + 2, as in training
+    with torch.no_grad():
+        assert abs(in_context_loss(model, held_out).item() - trace["loss"][-1]) < 1e-4
+
+
+def test_the_training_run_records_its_trace_and_stops_after_settling():
+    from coursekit.data.incontext import train_in_context
+
+    model, curve, trace = train_in_context(steps=6, batch_size=8, every=2)  # never reaches 98 %
+    assert trace["step"] == [step for step, _ in curve] == [2, 4, 6] and len(trace["loss"]) == 3
+    assert trace["previous"].shape == trace["matching"].shape == (3, 2, 4) and not model.training
+    _, curve, trace = train_in_context(steps=6, batch_size=8, every=2, target=0.0, settle=2)
+    assert trace["step"] == [2, 4], "reached at step 2, stopped 2 steps later"
+
+
 def test_class_task_prompts_never_show_the_query_and_label_by_class():
     task = ClassTask(16, 16, 4)
     prompts, targets, class_shown = task.prompts(4, 300, torch.Generator().manual_seed(0))
@@ -300,6 +327,10 @@ def test_shipped_class_checkpoint_answers_queries_it_was_not_shown():
     assert all(r[1] > 0.95 for r in rows[1:]), rows  # what the notebook states
     assert all(r[2] < 0.3 for r in rows[1:]), rows  # class not shown: a guess
     assert curve[0][0] == 0 and curve[0][1] < 0.5 and curve[-1][1] > 0.95, curve
+    # step 0 of its curve is the shipped retrieval model: the class model was trained from it
+    retrieval, _, _ = load_checkpoint()
+    assert abs(unshown_accuracy(retrieval, task, 8, seed=1)[1] - curve[0][1]) < 1e-6, \
+        "regenerate the class model after the retrieval model (python -m coursekit.data.incontext cpu classes)"
 
 
 def test_fused_causal_path_equals_the_masked_one():

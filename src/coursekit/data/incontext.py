@@ -137,17 +137,41 @@ def few_shot_accuracy(model: torch.nn.Module, task: InContextTask, shots: int, n
     return (logits[:, -1].argmax(dim=-1) == targets).float().mean().item()
 
 
+@torch.no_grad()
+def head_scores(model: torch.nn.Module, task: InContextTask, n: int = 1000, seed: int = 3
+                ) -> tuple[Tensor, Tensor]:
+    """Where each head looks, on n 8-shot prompts -> (previous, matching), each (L, H).
+
+    previous: the mean weight from each example's output f(x_i) on its own input x_i, the token
+    before it (a previous-token head puts almost all its weight there); matching: the mean weight
+    from the query on the output of the example whose input matches it (an induction head),
+    over the prompts whose query was shown (with 8 shots, all of them).
+    """
+    model.eval()
+    prompts, _, answer_pos = task.prompts(task.domain, n, torch.Generator().manual_seed(seed))
+    device = next(model.parameters()).device
+    _, attentions = model(prompts.to(device), need_weights=True)   # L tensors (B, H, N, N)
+    outputs = torch.arange(1, prompts.shape[1], 2)                   # positions of f(x_i)
+    shown = torch.nonzero(answer_pos >= 0)[:, 0]
+    previous = torch.stack([a[:, :, outputs, outputs - 1].mean((0, 2)) for a in attentions])
+    matching = torch.stack([a[shown, :, -1, answer_pos[shown]].mean(0) for a in attentions])
+    return previous.cpu(), matching.cpu()
+
+
 def train_in_context(steps: int = 30000, batch_size: int = 256, lr: float = 1e-3, seed: int = 0,
-                     target: float = 0.98, every: int = 500, device: str = "cpu"):
-    """Train the chapter's in-context GPT; stop once 8-shot accuracy reaches ``target``.
+                     target: float = 0.98, settle: int = 500, every: int = 100, device: str = "cpu"):
+    """Train the chapter's in-context GPT; stop ``settle`` steps after the 8-shot accuracy first
+    reaches ``target``.
 
     The loss sits on a plateau for thousands of steps (about 2.56 nats: the in-context unigram
     strategy, 2.55, which gives each output already seen in the sequence 1/8 and spreads the rest
     over the unseen ones; uniform over the 16 outputs would be log 16 = 2.77), then drops within
-    a few hundred,
-    when the induction head forms: the shipped model got there after 7,500 steps of batch 256
-    (75 s on one GPU).
-    -> (model on the CPU, in eval mode, [(step, 8-shot accuracy), ...]).
+    a few hundred, when the previous-token head and then the induction heads form. The shipped
+    model's run: on the plateau from step 300 to 6,600, 8-shot accuracy 98 % at step 7,000,
+    stopped at 7,500 (23 minutes on one CPU thread).
+    -> (model on the CPU, in eval mode, [(step, 8-shot accuracy), ...], trace): every ``every``
+    steps the trace records the loss on 1,000 fixed training sequences and :func:`head_scores`,
+    as lists under "step", "loss", "previous" and "matching" ((L, H) each).
     """
     from coursekit.models.gpt import GPT
     from coursekit.train import fit
@@ -156,12 +180,22 @@ def train_in_context(steps: int = 30000, batch_size: int = 256, lr: float = 1e-3
     task, g = InContextTask(**TASK), torch.Generator().manual_seed(seed)
     model = GPT(task.vocab_size, **MODEL).to(device)
     curve: list[tuple[int, float]] = []
+    trace: dict[str, list] = {"step": [], "loss": [], "previous": [], "matching": []}
+    held_out = task.train_batch(1000, torch.Generator().manual_seed(seed + 2)).to(device)
+    reached: list[int] = []  # the step at which the 8-shot accuracy first reached target
 
     def evaluate(step, history):
         prompts, targets, _ = task.prompts(task.domain, 1000, torch.Generator().manual_seed(seed + 1))
         logits, *_ = model(prompts.to(device))
         curve.append((step, (logits[:, -1].argmax(-1).cpu() == targets).float().mean().item()))
-        if curve[-1][1] >= target:
+        previous, matching = head_scores(model, task)
+        trace["step"].append(step)
+        trace["loss"].append(in_context_loss(model, held_out).item())
+        trace["previous"].append(previous)
+        trace["matching"].append(matching)
+        if curve[-1][1] >= target and not reached:
+            reached.append(step)
+        if reached and step >= reached[0] + settle:
             raise _Reached
 
     try:
@@ -170,7 +204,8 @@ def train_in_context(steps: int = 30000, batch_size: int = 256, lr: float = 1e-3
             callback=evaluate, desc="in-context GPT")
     except _Reached:
         pass
-    return model.cpu().eval(), curve
+    trace["previous"], trace["matching"] = torch.stack(trace["previous"]), torch.stack(trace["matching"])
+    return model.cpu().eval(), curve, trace
 
 
 class _Reached(Exception):
@@ -194,8 +229,8 @@ def unshown_accuracy(model: torch.nn.Module, task: ClassTask, shots: int, n: int
     return right.mean().item(), share(class_shown), share(~class_shown)
 
 
-def train_classes(steps: int = 8000, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
-                  every: int = 250, device: str = "cpu"):
+def train_classes(steps: int = 16000, batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
+                  every: int = 500, device: str = "cpu", start: Path = CHECKPOINT):
     """Train the shipped retrieval GPT further, on :class:`ClassTask` sequences.
 
     Its induction circuit already finds the example whose input matches the query; on this
@@ -206,7 +241,7 @@ def train_classes(steps: int = 8000, batch_size: int = 128, lr: float = 1e-3, se
     from coursekit.train import fit
 
     torch.manual_seed(seed)
-    model, _, _ = load_checkpoint(CHECKPOINT)
+    model, _, _ = load_checkpoint(start)
     model.to(device)
     task, g = ClassTask(**CLASS_TASK), torch.Generator().manual_seed(seed)
     curve: list[tuple[int, float]] = []
@@ -223,9 +258,9 @@ def train_classes(steps: int = 8000, batch_size: int = 128, lr: float = 1e-3, se
 
 
 def save_checkpoint(model: torch.nn.Module, curve: list[tuple[int, float]], path: Path = CHECKPOINT,
-                    task: dict | None = None, kind: str = "retrieval") -> None:
+                    task: dict | None = None, kind: str = "retrieval", trace: dict | None = None) -> None:
     torch.save({"kind": kind, "task": task or TASK, "model": MODEL, "state_dict": model.state_dict(),
-                "curve": curve}, path)
+                "curve": curve, "trace": trace or {}}, path)
 
 
 def load_checkpoint(path: Path = CHECKPOINT):
@@ -245,6 +280,17 @@ def load_checkpoint(path: Path = CHECKPOINT):
     return model.eval(), task, [tuple(x) for x in saved["curve"]]
 
 
+def load_trace(path: Path = CHECKPOINT) -> dict:
+    """The retrieval model's training run, stored with it (:func:`train_in_context`): lists
+    "step" and "loss" (on 1,000 fixed training sequences), tensors "previous" and "matching"
+    (evaluations, L, H) from :func:`head_scores`; every 100 steps."""
+    trace = torch.load(path, weights_only=True).get("trace")
+    if not trace:
+        raise ValueError(f"{path} stores no training trace: regenerate it with "
+                         "python -m coursekit.data.incontext")
+    return trace
+
+
 if __name__ == "__main__":
     # python -m coursekit.data.incontext [device] [retrieval|classes]: regenerate a checkpoint
     # (classes starts from the shipped retrieval model, so regenerate that one first)
@@ -255,9 +301,9 @@ if __name__ == "__main__":
     if device == "cpu":  # a model this small gains nothing from threads, and a busy CPU loses a lot
         torch.set_num_threads(1)
     if which == "retrieval":
-        model, curve = train_in_context(device=device)
+        model, curve, trace = train_in_context(device=device)
         print("8-shot accuracy during training:", curve)
-        save_checkpoint(model, curve)
+        save_checkpoint(model, curve, trace=trace)
     elif which == "classes":
         model, curve = train_classes(device=device)
         print("8-shot accuracy on unshown queries of a shown class, during training:", curve)
