@@ -330,7 +330,7 @@ def test_shipped_class_checkpoint_answers_queries_it_was_not_shown():
     # step 0 of its curve is the shipped retrieval model: the class model was trained from it
     retrieval, _, _ = load_checkpoint()
     assert abs(unshown_accuracy(retrieval, task, 8, seed=1)[1] - curve[0][1]) < 1e-6, \
-        "regenerate the class model after the retrieval model (python -m coursekit.data.incontext cpu classes)"
+        "regenerate the class model after the retrieval model: python -m coursekit.data.incontext cpu classes"
 
 
 def test_fused_causal_path_equals_the_masked_one():

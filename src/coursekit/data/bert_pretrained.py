@@ -11,7 +11,7 @@ during training.
 
 Regenerate it with ``python -m coursekit.data.bert_pretrained [device]``: the chapter's recipe
 (its language, its 20,000 training sentences, AdamW at 3e-3 after 50 warm-up steps, seed 0)
-for 4,000 steps of 128 pairs, about four minutes on one CPU thread.
+for 4,000 steps of 128 pairs, about three minutes on one CPU thread.
 """
 
 from __future__ import annotations

@@ -170,8 +170,9 @@ def train_in_context(steps: int = 30000, batch_size: int = 256, lr: float = 1e-3
     model's run: on the plateau from step 300 to 6,600, 8-shot accuracy 98 % at step 7,000,
     stopped at 7,500 (23 minutes on one CPU thread).
     -> (model on the CPU, in eval mode, [(step, 8-shot accuracy), ...], trace): every ``every``
-    steps the trace records the loss on 1,000 fixed training sequences and :func:`head_scores`,
-    as lists under "step", "loss", "previous" and "matching" ((L, H) each).
+    steps the trace records the loss on 1,000 fixed sequences drawn like the training data (never
+    trained on) and :func:`head_scores`, as lists under "step", "loss", "previous" and "matching"
+    ((L, H) each).
     """
     from coursekit.models.gpt import GPT
     from coursekit.train import fit
@@ -282,8 +283,8 @@ def load_checkpoint(path: Path = CHECKPOINT):
 
 def load_trace(path: Path = CHECKPOINT) -> dict:
     """The retrieval model's training run, stored with it (:func:`train_in_context`): lists
-    "step" and "loss" (on 1,000 fixed training sequences), tensors "previous" and "matching"
-    (evaluations, L, H) from :func:`head_scores`; every 100 steps."""
+    "step" and "loss" (on 1,000 fixed sequences drawn like the training data), tensors
+    "previous" and "matching" (evaluations, L, H) from :func:`head_scores`; every 100 steps."""
     trace = torch.load(path, weights_only=True).get("trace")
     if not trace:
         raise ValueError(f"{path} stores no training trace: regenerate it with "
