@@ -27,6 +27,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -34,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import TextIO
 
@@ -392,9 +394,14 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
                     + (f"   ({clean(result.problem or ', '.join(result.events), 200)})"
                        if result.problem or result.events else ""))
 
-        pool = ThreadPoolExecutor(max_workers=jobs)
+        # Ctrl-C must reach the main thread: a signal the kernel hands to a pool thread leaves the
+        # main thread asleep in its wait. The pool threads block SIGINT, and the main thread waits
+        # in short slices, so that its handler runs within a second wherever the signal landed.
+        pool = ThreadPoolExecutor(max_workers=jobs, initializer=_block_interrupts)
         try:
             for future in [pool.submit(work, item) for item in todo]:
+                while not future.done():
+                    futures_wait([future], timeout=0.5)
                 future.result()
         except BaseException:  # Ctrl-C (or a grader bug): stop the workers, keep what is done
             ctx.stop()
@@ -415,6 +422,11 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
         if ctx.zygote is not None:
             ctx.zygote.close(wait=2 if ctx.stopping else 10)
         ctx.close()
+
+
+def _block_interrupts() -> None:
+    """In a grading thread: leave SIGINT and SIGTERM to the main thread."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _probe_paths(secret: list[str], paths: list[Path], out: Path) -> list[str]:
