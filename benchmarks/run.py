@@ -75,18 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     # a partial run (--only) updates its parts and keeps the others' latest figures
     results: dict = json.loads(out.read_text()) if out.exists() and len(args.only) < len(PARTS) else {}
     results["machine"] = machine()
+
+    def save() -> None:  # after every part: a run stopped half-way keeps what it measured
+        out.write_text(json.dumps(results, indent=1))
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if "attention" in args.only:
         print("\n## attention, forward + backward (ratio > 1: coursekit is slower)")
         results["attention"] = attention.measure(device=device)
         attention.print_table(results["attention"])
+        save()
     if "memory" in args.only:
         print("\n## peak memory of one forward pass (B = H = 1, d = 64, chunk 256)")
         results["memory"] = run_memory()
+        save()
     if "generation" in args.only:
         print("\n## greedy generation, 4-layer d=128 model, 16-token prompt")
         results["generation"] = decoding.measure(device=device)
         decoding.print_table(results["generation"])
+        save()
     if "models" in args.only:
         results["models"] = {}
         for name in MODELS:
@@ -95,15 +102,18 @@ def main(argv: list[str] | None = None) -> int:
                   "(ratio > 1: coursekit is slower)")
             results["models"][name] = module.measure(device=device)
             module.print_table(results["models"][name])
+            save()
     if "chapters" in args.only:
         print("\n## chapter execution times")
         results["chapters"] = chapters.measure("quick")
         if torch.cuda.is_available():
             results["chapters"] += chapters.measure("full")
+        save()
     if "grading" in args.only:
         print("\n## grading 100 submissions")
         results["grading"] = run_grading()
-    out.write_text(json.dumps(results, indent=1))
+        save()
+    save()  # the machine, when no part ran
     print(f"\nwrote {out}")
     return 0
 

@@ -59,10 +59,21 @@ def test_validate_writes_the_report(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(validate, "notebooks", lambda only, editions: [nb])
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "report.json"
+    seen_before_each_run = []  # the report as the second run starts: the first one is in it
+    real_run_one = validate.run_one
+
+    def run_one(*args, **kwargs):
+        seen_before_each_run.append(json.loads(report.read_text()) if report.exists() else None)
+        return real_run_one(*args, **kwargs)
+
+    monkeypatch.setattr(validate, "run_one", run_one)
     runs = validate.validate("full", [0, 1], ["instructor"], report=Path("report.json"))
     assert [r.ok for r in runs] == [True, True]
+    first, second = seen_before_each_run
+    assert first is None and second is not None, "the report is not written after each notebook"
+    assert [r["seed"] for r in second["runs"]] == [0] and not second["complete"]
     data = json.loads(report.read_text())
-    assert data["passed"] and data["profile"] == "full" and data["seeds"] == [0, 1]
+    assert data["complete"] and data["passed"] and data["profile"] == "full" and data["seeds"] == [0, 1]
     assert [r["seed"] for r in data["runs"]] == [0, 1]
     assert {"device", "torch", "seconds", "cells_passed", "cells_failed"} <= set(data["runs"][0])
     assert "[  2/2]" in capsys.readouterr().out

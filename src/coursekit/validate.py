@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -109,7 +110,7 @@ def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tupl
         xml = Path(tmp) / "cells.xml"
         command = [sys.executable, "-m", "pytest", str(path), "-o", "addopts=", "-q",
                    "-p", "no:cacheprovider", "--nbval-lax", f"--nbval-cell-timeout={cell_timeout}",
-                   f"--junitxml={xml}"]
+                   "--nbval-kernel-startup-timeout=300", f"--junitxml={xml}"]
         start = time.perf_counter()
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -162,17 +163,41 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
     # core in each of two kernels on two cores runs several times slower than one at a time)
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
+    lock = threading.Lock()
+    order = {(s, p.stem, p.parent.name): i for i, (s, p) in enumerate(todo)}
+
+    def in_order(run: Run) -> int:
+        return order[(run.seed, run.notebook, EDITIONS[run.edition])]
+
+    def write_report(total: float) -> None:
+        """The report as it stands: written after every notebook, so that a run stopped part-way
+        (a time limit, Ctrl-C) keeps what it measured."""
+        done = sorted(runs, key=in_order)
+        table = assert_margins(done)
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({
+            "profile": profile, "seeds": seeds, "cell_timeout_s": cell_timeout,
+            "device": device[0], "torch": device[1], "python": platform.python_version(),
+            "total_seconds": round(total, 1), "complete": len(done) == len(todo),
+            "passed": len(done) == len(todo) and all(r.ok for r in done),
+            "runs": [asdict(r) | {"ok": r.ok} for r in done], "margins": table}, indent=1) + "\n")
+        (report.parent / "margins.md").write_text(margins_markdown(table, profile))
+        (report.parent / "summary.md").write_text(summary_markdown(done))
+
     def one(item: tuple[int, Path]) -> Run:
         seed, path = item
         log = logs / f"{profile}-{path.parent.name}-{path.stem}-seed{seed}.jsonl"
         run = run_one(path, profile, seed, cell_timeout, device, log, threads)
-        runs.append(run)
-        cells = f"{run.cells_passed}/{run.cells_passed + run.cells_failed} cells passed"
-        print(f"[{len(runs):>3}/{len(todo)}] seed {run.seed}  {run.notebook:<34} {run.edition:<10} "
-              f"{run.seconds:7.1f} s  {cells}" + ("" if run.ok else "  FAILED"),
-              file=stream, flush=True)
-        if not run.ok:
-            print("      " + run.failure.replace("\n", "\n      "), file=stream, flush=True)
+        with lock:
+            runs.append(run)
+            cells = f"{run.cells_passed}/{run.cells_passed + run.cells_failed} cells passed"
+            print(f"[{len(runs):>3}/{len(todo)}] seed {run.seed}  {run.notebook:<34} {run.edition:<10} "
+                  f"{run.seconds:7.1f} s  {cells}" + ("" if run.ok else "  FAILED"),
+                  file=stream, flush=True)
+            if not run.ok:
+                print("      " + run.failure.replace("\n", "\n      "), file=stream, flush=True)
+            if report is not None:
+                write_report(time.perf_counter() - start)
         return run
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -182,17 +207,8 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
     print(f"{len(runs) - len(failed)} passed, {len(failed)} failed ({total:.0f} s in all)",
           file=stream, flush=True)
     if report is not None:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        order = {(s, p.stem, p.parent.name): i for i, (s, p) in enumerate(todo)}
-        runs.sort(key=lambda r: order[(r.seed, r.notebook, EDITIONS[r.edition])])
-        table = assert_margins(runs)
-        report.write_text(json.dumps({
-            "profile": profile, "seeds": seeds, "cell_timeout_s": cell_timeout,
-            "device": device[0], "torch": device[1], "python": platform.python_version(),
-            "total_seconds": round(total, 1), "passed": not failed,
-            "runs": [asdict(r) | {"ok": r.ok} for r in runs], "margins": table}, indent=1) + "\n")
-        (report.parent / "margins.md").write_text(margins_markdown(table, profile))
-        (report.parent / "summary.md").write_text(summary_markdown(runs))
+        write_report(total)
+    runs.sort(key=in_order)
     return runs
 
 
