@@ -499,9 +499,13 @@ def test_ctrl_c_stops_the_workers_and_keeps_what_is_graded(tmp_path):
     loop = "def rnn_cell(*args):\n    while True:\n        pass\n"
     for name in ("b_loops", "c_loops"):
         (subs / f"{name}.ipynb").write_text(notebook([loop, LSTM]), encoding="utf-8")
+    # The grader as a terminal starts it, SIGINT at its default. A background job of a
+    # non-interactive shell (`bash .ci/run &`, nohup) starts with SIGINT ignored, and its children
+    # inherit that: there, as Unix intends, Ctrl-C would not stop the grader at all.
     run = subprocess.Popen([sys.executable, "-m", "coursekit.cli", "grade", str(subs), "--out",
                             str(out), "-j", "1", "--case-timeout", "20"],
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started: set[tuple[int, int]] = set()
     end = time.monotonic() + 120
     while not (out / "a_done" / "results.json").exists() and time.monotonic() < end:

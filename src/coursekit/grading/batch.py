@@ -394,10 +394,11 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
                     + (f"   ({clean(result.problem or ', '.join(result.events), 200)})"
                        if result.problem or result.events else ""))
 
-        # Ctrl-C must reach the main thread, which alone runs Python's signal handlers. Once in CI
-        # a SIGINT was lost (the batch graded on; cause not proven: the kernel may hand the signal
-        # to a pool thread). So the pool threads block SIGINT, and the main thread waits in short
-        # slices, letting its handler run within half a second.
+        # Ctrl-C must reach the main thread, which alone runs Python's signal handlers; a main
+        # thread blocked on a lock wakes for a signal only if the kernel delivers it to that
+        # thread. So the pool threads block SIGINT and SIGTERM, and the main thread waits in short
+        # slices, letting its handler run within half a second. (A grader started with SIGINT
+        # ignored, as a background job of a non-interactive shell is, keeps ignoring it.)
         pool = ThreadPoolExecutor(max_workers=jobs, initializer=_block_interrupts)
         try:
             for future in [pool.submit(work, item) for item in todo]:
