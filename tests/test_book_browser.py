@@ -36,11 +36,17 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import yaml
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # the `browser` fixture fails, saying how to install it
+    PlaywrightTimeout = TimeoutError
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
@@ -48,6 +54,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run", "--disable-sync"]
 BUILD_TIMEOUT = 1800  # seconds; a cold build executes every chapter
+PAGE_TIMEOUT_MS = 120_000  # one page's load, and any single wait on it
 CHAPTER = re.compile(r"solutions/\d\d_[^/]+\.html")  # solutions/01_rnn_recap.html
 
 REQUIRED = os.environ.get("COURSEKIT_REQUIRE_BROWSER") == "1"
@@ -142,15 +149,28 @@ class Visit:
     def __init__(self, browser, base_url: str, path: str):
         self.base, self.path, self.problems = base_url, path, []
         self.reloading = False
+        self.in_flight: set[str] = set()  # the requests not yet answered, for a timeout's message
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        # Playwright's default is 30 s per wait. CI's two cores also run a notebook kernel and
+        # the local server is a thread of this worker, so a page can take longer than that to go
+        # quiet; a page that never does still fails, naming what it was waiting for.
+        self.context.set_default_timeout(PAGE_TIMEOUT_MS)
         self.page = self.context.new_page()
         self.context.route("**/*", self._route)
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda err: self.problems.append(f"JavaScript error: {err}"))
+        self.page.on("request", lambda request: self.in_flight.add(request.url))
+        self.page.on("requestfinished", lambda request: self.in_flight.discard(request.url))
         self.page.on("requestfailed", self._failed)
         self.page.on("response", self._response)
-        self.page.goto(base_url + path, wait_until="load")
-        self.page.wait_for_load_state("networkidle")
+        started = time.monotonic()
+        try:
+            self.page.goto(base_url + path, wait_until="load")
+            self.page.wait_for_load_state("networkidle")
+        except PlaywrightTimeout:
+            self.close()
+            pytest.fail(f"{path} did not finish loading in {time.monotonic() - started:.0f} s; "
+                        f"requests still open: {sorted(self.in_flight) or 'none'}", pytrace=False)
         self.page.evaluate(WAIT_FOR_MATHJAX)
 
     def _route(self, route):
@@ -166,6 +186,7 @@ class Visit:
             self.problems.append(f"console error: {message.text}")
 
     def _failed(self, request):
+        self.in_flight.discard(request.url)
         if self.reloading and request.failure == "net::ERR_ABORTED":
             return  # still in flight when we reloaded the page: the browser drops it
         if urlparse(request.url).hostname == "127.0.0.1":
