@@ -326,3 +326,39 @@ def test_keys_computed_once_give_the_same_scores_as_computed_at_every_step():
     W, U, v = layer.W.weight, layer.U.weight, layer.v.weight[0]
     by_hand = (torch.tanh((s @ W.T)[:, None] + h @ U.T) * v).sum(-1)   # vᵀ tanh(W s + U h_j)
     torch.testing.assert_close(additive_score(s, h, W, U, v), by_hand)
+
+
+def test_one_way_encoders_read_the_padded_batch_as_packing_would():
+    """A one-way encoder runs unpacked (rnn.last_real): at every real position, and for the final
+    state h_N that starts the decoder, it must give what pack_padded_sequence gives, whatever
+    each source's length and however much padding follows it."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    data = Dates()
+    batch = data.sample(8, random.Random(3))
+    src = torch.cat([batch.src, torch.zeros(8, 4, dtype=torch.long)], dim=1)  # extra padding
+    assert len(set(batch.src_len.tolist())) > 1, "the batch should mix source lengths"
+    model = AttentionSeq2Seq(len(data.src_vocab), len(data.tgt_vocab), d_emb=8, d_hidden=12,
+                             bidirectional=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+        h, mask, (s0, cell) = model.encode(src, batch.src_len)
+        packed = pack_padded_sequence(model.src_emb(src), batch.src_len, batch_first=True,
+                                      enforce_sorted=False)
+        h_ref, (h_n, _) = model.encoder(packed)
+        h_ref, _ = pad_packed_sequence(h_ref, batch_first=True, total_length=src.shape[1])
+    torch.testing.assert_close(h[mask], h_ref[mask], **TOL)
+    torch.testing.assert_close(s0, torch.tanh(model.init_state(h_n[-1])), **TOL)
+    assert not cell.any()
+    assert not torch.allclose(h[~mask], h_ref[~mask]), "padding positions differ (never attended)"
+
+    ctx = ContextSeq2Seq(len(data.src_vocab), len(data.tgt_vocab), d_emb=8, d_hidden=12)
+    with torch.no_grad():
+        for p in ctx.parameters():
+            p.normal_(0, 0.5)
+        c, _ = ctx.encode(src, batch.src_len)
+        packed = pack_padded_sequence(ctx.src_emb(src), batch.src_len, batch_first=True,
+                                      enforce_sorted=False)
+        _, (h_n, _) = ctx.encoder(packed)
+    torch.testing.assert_close(c, h_n[-1], **TOL)

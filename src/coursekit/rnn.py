@@ -86,6 +86,14 @@ class LSTM(nn.Module):
         return torch.stack(outputs, dim=1), state
 
 
+def last_real(h: Tensor, src_len: Tensor) -> Tensor:
+    """The output of a one-way encoder at each source's last real token: h (B, N, d), src_len (B,)
+    -> (B, d). Over right-padded inputs this equals the final state that packing the batch
+    (``pack_padded_sequence``) would give, and the fused LSTM runs unpacked about a quarter faster
+    per training step on the CPU (Chapter 2's models, one thread)."""
+    return h[torch.arange(h.shape[0], device=h.device), src_len.to(h.device) - 1]
+
+
 class Seq2Seq(nn.Module):
     """Encoder–decoder without attention (Sutskever et al. 2014).
 
@@ -158,14 +166,21 @@ class AttentionSeq2Seq(nn.Module):
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
         """src: (B, N) -> annotations h (B, N, d_enc), mask (B, N) True at real tokens, and the
-        decoder's initial (s_0, memory cell), each (B, d_h)."""
-        packed = pack_padded_sequence(
-            self.src_emb(src), src_len.cpu(), batch_first=True, enforce_sorted=False
-        )
-        h, (h_n, _) = self.encoder(packed)
-        h, _ = pad_packed_sequence(h, batch_first=True, total_length=src.shape[1])
-        s0 = torch.tanh(self.init_state(h_n[-1]))  # h_n[-1]: ←h_1 (→h_S when unidirectional)
-        return h, padding_mask(src_len.to(src.device), src.shape[1]), (s0, torch.zeros_like(s0))
+        decoder's initial (s_0, memory cell), each (B, d_h). Annotations at padding positions are
+        never attended to (the mask); what they hold is unspecified."""
+        mask = padding_mask(src_len.to(src.device), src.shape[1])
+        if self.encoder.bidirectional:  # ←h_j must start at each source's own last token
+            packed = pack_padded_sequence(
+                self.src_emb(src), src_len.cpu(), batch_first=True, enforce_sorted=False
+            )
+            h, (h_n, _) = self.encoder(packed)
+            h, _ = pad_packed_sequence(h, batch_first=True, total_length=src.shape[1])
+            h_last = h_n[-1]  # ←h_1
+        else:  # a one-way state never sees the padding after it: no packing needed
+            h, _ = self.encoder(self.src_emb(src))
+            h_last = last_real(h, src_len)  # →h_S
+        s0 = torch.tanh(self.init_state(h_last))
+        return h, mask, (s0, torch.zeros_like(s0))
 
     def step(
         self, y_prev: Tensor, state: tuple[Tensor, Tensor], h: Tensor, mask: Tensor,
@@ -229,12 +244,10 @@ class ContextSeq2Seq(nn.Module):
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """src: (B, N) -> the context c = h_N (B, d_h) and the decoder's initial (s_0, memory cell
         of zeros), each (1, B, d_h)."""
-        packed = pack_padded_sequence(
-            self.src_emb(src), src_len.cpu(), batch_first=True, enforce_sorted=False
-        )
-        _, (h_n, _) = self.encoder(packed)
-        s0 = torch.tanh(self.init_state(h_n[-1]))[None]
-        return h_n[-1], (s0, torch.zeros_like(s0))
+        h, _ = self.encoder(self.src_emb(src))  # one-way: the padding after h_N cannot reach it
+        h_n = last_real(h, src_len)
+        s0 = torch.tanh(self.init_state(h_n))[None]
+        return h_n, (s0, torch.zeros_like(s0))
 
     def decode(
         self, y_prev: Tensor, c: Tensor, state: tuple[Tensor, Tensor]
