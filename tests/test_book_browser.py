@@ -468,7 +468,7 @@ EXPLORABLE = """([count, jax]) => {
   return math.length === count
     && math.every(m => m.getAttribute("jax") === jax && m.hasAttribute("sre-explorer-id"));
 }"""
-MENU_TIMEOUT = 90_000  # ms; the explorer computes the speech of every formula
+MENU_TIMEOUT = 180_000  # ms; the explorer computes the speech of every formula (CI: beside a kernel)
 
 
 def test_the_mathjax_menu_works_offline(browser, base_url, pages):
@@ -749,7 +749,7 @@ def test_search_works_offline(browser, base_url):
     visit = Visit(browser, base_url, "search.html?q=LSTM")
     try:
         results = visit.page.locator("#search-results li")
-        results.first.wait_for(timeout=20_000)
+        results.first.wait_for()  # PAGE_TIMEOUT_MS: the index loads after the page
         assert results.count() >= 1
         assert not visit.problems, visit.problems
     finally:
