@@ -151,9 +151,10 @@ class Visit:
         self.reloading = False
         self.in_flight: set[str] = set()  # the requests not yet answered, for a timeout's message
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
-        # Playwright's default is 30 s per wait. CI's two cores also run a notebook kernel and
-        # the local server is a thread of this worker, so a page can take longer than that to go
-        # quiet; a page that never does still fails, naming what it was waiting for.
+        # Playwright's default is 30 s per wait. In CI the other core runs the other worker's
+        # tests (notebook kernels among them) and the local server is a thread of this worker:
+        # one page took longer than 30 s to go quiet there. A page that never does still fails,
+        # naming the requests it was waiting for.
         self.context.set_default_timeout(PAGE_TIMEOUT_MS)
         self.page = self.context.new_page()
         self.context.route("**/*", self._route)
@@ -468,7 +469,7 @@ EXPLORABLE = """([count, jax]) => {
   return math.length === count
     && math.every(m => m.getAttribute("jax") === jax && m.hasAttribute("sre-explorer-id"));
 }"""
-MENU_TIMEOUT = 180_000  # ms; the explorer computes the speech of every formula (CI: beside a kernel)
+MENU_TIMEOUT = 180_000  # ms; the explorer computes the speech of every formula (a loaded CI machine)
 
 
 def test_the_mathjax_menu_works_offline(browser, base_url, pages):

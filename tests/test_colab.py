@@ -80,11 +80,15 @@ def _link_pinned(env_dir: Path, pins: list[str]) -> bool:
     (unpacking torch's wheel again is most of a minute). False, with nothing done, when this
     environment does not have exactly the pinned versions."""
     wanted = {req.name: req.specifier for req in map(Requirement, pins)}
-    if not all(spec.contains(importlib.metadata.version(name), prereleases=True)
-               for name, spec in wanted.items()):  # `==2.13.0` admits 2.13.0+cpu, as in pip
+    try:
+        if not all(spec.contains(importlib.metadata.version(name), prereleases=True)
+                   for name, spec in wanted.items()):  # `==2.13.0` admits 2.13.0+cpu, as in pip
+            return False
+        dists = _closure(list(wanted))
+    except importlib.metadata.PackageNotFoundError:  # a pin or a requirement is not installed
         return False
     [site] = (env_dir / "lib").glob("python*/site-packages")
-    for dist in _closure(list(wanted)):
+    for dist in dists:
         for file in dist.files or []:
             if file.parts[0] == "..":  # scripts and data outside site-packages (bin/, share/)
                 continue
