@@ -4,13 +4,15 @@ The fast tests check what the exports write for every chapter (nbgrader's schema
 and nothing more, one graded test cell per exercise worth its points, hidden cases inside nbgrader's
 hidden-tests markers) and the test cell's grading function in this process.
 
-The round trips need the real tools and execute whole notebooks, so each runs one chapter (03,
-the quickest) and is skipped, with the reason, where the tool is not installed:
-``nbgrader generate_assignment``, then ``nbgrader autograde`` of three submissions (the
-solutions: full points; the untouched student edition: 0; a known bug: the score ``coursekit
-grade`` gives it), read back from nbgrader's gradebook, and the feedback nbgrader generates shows
-coursekit's hint. Every chapter by the same path: ``python tests/test_export.py nbgrader`` (see
-``book/instructor.md``).
+The round trips need the real tools and execute notebooks, so each runs one chapter (03) and is
+skipped, with the reason, where the tool is not installed: ``nbgrader generate_assignment``, then
+``nbgrader autograde`` of three submissions (the solutions: full points; the untouched student
+edition: 0; a known bug: the score ``coursekit grade`` gives it), read back from nbgrader's
+gradebook, and the feedback nbgrader generates shows coursekit's hint. In the test suite the
+chapter is cut to what grading touches (``graded_cells_only``: its set-up cell, its exercises,
+their ``check`` cells and its concept checks; the experiments are nbval's to run), which each tool
+executes three times. Every whole chapter by the same path: ``python tests/test_export.py
+nbgrader`` (see ``book/instructor.md``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,24 @@ def known_bug(solutions: dict[str, str]) -> tuple[str, str] | None:
         if found:
             return name, found.source
     return None
+
+
+def graded_cells_only(folder: Path, chapter: str) -> Path:
+    """A solutions folder holding chapter ``chapter`` with only the cells grading touches: the
+    set-up cell (the first code cell), the exercises, the cells that ``check`` them and the concept
+    checks, and every Markdown cell. Returns the folder."""
+    from coursekit.concepts import CONCEPTS_TAG
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in SOLUTIONS.glob(f"{chapter}_*.ipynb"):
+        nb = nbformat.read(path, 4)
+        code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        nb.cells = [c for i, c in enumerate(nb.cells)
+                    if c.cell_type != "code" or i == code[0] or exercise_meta(c, path.name)
+                    or "= check(" in c.source
+                    or CONCEPTS_TAG in c.get("metadata", {}).get("tags", [])]
+        nbformat.write(nb, folder / path.name)
+    return folder
 
 
 def _has(module: str) -> bool:
@@ -177,10 +197,11 @@ def _nbgrader(course: Path, *args: str, timeout: int = 1800) -> str:
     return log
 
 
-def nbgrader_round_trip(course: Path, chapter: str, feedback: bool = True) -> dict:
+def nbgrader_round_trip(course: Path, chapter: str, feedback: bool = True,
+                        solutions: Path = SOLUTIONS) -> dict:
     """Export ``chapter``, generate the assignment, autograde the three submissions, read the
     gradebook. Returns the scores, what they should be and the feedback of the bug."""
-    nbg.export(course, SOLUTIONS, chapter=chapter)
+    nbg.export(course, solutions, chapter=chapter)
     assignment = f"ch{chapter}"
     _nbgrader(course, "generate_assignment", assignment, "--force")
     expected = {"solutions": 0.0, "untouched": 0.0, "buggy": 0.0}
@@ -214,7 +235,8 @@ def nbgrader_round_trip(course: Path, chapter: str, feedback: bool = True) -> di
 @pytest.mark.skipif(not _has("nbgrader"), reason="nbgrader is not installed (pip install "
                     "nbgrader, pinned in requirements.txt): the nbgrader round trip is skipped")
 def test_nbgrader_round_trip_of_one_chapter(tmp_path):
-    found = nbgrader_round_trip(tmp_path, "03")
+    found = nbgrader_round_trip(tmp_path / "course", "03",
+                                solutions=graded_cells_only(tmp_path / "solutions", "03"))
     assert found["scores"] == pytest.approx(found["expected"], abs=1e-3)
     assert found["scores"]["solutions"] == 8 and found["scores"]["untouched"] == 0
     assert 0 < found["scores"]["buggy"] < 8
@@ -306,15 +328,15 @@ def _finish(run: subprocess.Popen, what: str, timeout: int = 1800) -> str:
     return log
 
 
-def otter_round_trip(folder: Path, notebook: str) -> dict:
+def otter_round_trip(folder: Path, notebook: str, solutions: Path = SOLUTIONS) -> dict:
     """Export one chapter notebook (``"03"``, ``"02b"``), `otter assign` it, `otter run` the
     three submissions (in parallel), and return the scores and what they should be."""
-    master = otter.export(folder, SOLUTIONS, chapter=notebook)[0]
+    master = otter.export(folder, solutions, chapter=notebook)[0]
     work = master.parent
     _finish(_otter("assign", master.name, "dist", cwd=work), "assign")
     student = work / "dist" / "student" / master.name
     zip_path = next((work / "dist" / "autograder").glob("*.zip"))
-    source = next(SOLUTIONS.glob(f"{notebook}_*.ipynb"))
+    source = next(solutions.glob(f"{notebook}_*.ipynb"))
     answers = _exercise_sources(source)
     total = sum(SUITES[n].points for n in answers)
     expected = {"solutions": total, "untouched": 0.0, "buggy": total}
@@ -347,7 +369,8 @@ def otter_round_trip(folder: Path, notebook: str) -> dict:
 @pytest.mark.skipif(not _has("otter"), reason="Otter-Grader is not installed (pip install "
                     "otter-grader, pinned in requirements.txt): the Otter round trip is skipped")
 def test_otter_round_trip_of_one_chapter(tmp_path):
-    found = otter_round_trip(tmp_path, "03")
+    found = otter_round_trip(tmp_path / "work", "03",
+                             solutions=graded_cells_only(tmp_path / "solutions", "03"))
     assert found["scores"] == pytest.approx(found["expected"], abs=1e-3)
     assert found["scores"]["solutions"] == pytest.approx(8)
     assert found["scores"]["untouched"] == 0 and 0 < found["scores"]["buggy"] < 8
