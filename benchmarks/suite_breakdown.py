@@ -61,9 +61,14 @@ def main(argv: list[str] | None = None) -> int:
           + (f"   ({total / wall:.2f} x the wall time)" if wall else ""))
     chapters = sorted({n.split(".", 1)[1] for n in notebooks})
     print(f"\n{'notebook':32} {'solutions (s)':>14} {'student (s)':>12}")
+    def shown(key: str) -> str:
+        return f"{notebooks[key]:.1f}" if key in notebooks else "-"
+
     for chapter in chapters:
-        print(f"{chapter.removesuffix('.ipynb'):32} {notebooks.get('solutions.' + chapter, 0):14.1f} "
-              f"{notebooks.get('notebooks.' + chapter, 0):12.1f}")
+        print(f"{chapter.removesuffix('.ipynb'):32} {shown('solutions.' + chapter):>14} "
+              f"{shown('notebooks.' + chapter):>12}")
+    print("(-: not run; a chapter without exercises is the same notebook in both editions, and "
+          "runs once)")
     return 0
 
 

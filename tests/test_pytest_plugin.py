@@ -72,3 +72,51 @@ def test_an_instructor_check_that_falls_back_fails_its_cell():
     pytest_plugin._fail_when_a_solution_loses_points(failed, lost)
     assert kept.outcome == "passed" and kept.longrepr is None
     assert failed.outcome == "failed" and "0 / 4 points" in failed.longrepr
+
+
+def test_a_chapter_without_exercises_is_the_same_notebook_in_both_editions():
+    """What lets the suite run such a chapter once (pytest_collection_modifyitems): coursekit
+    release writes it unchanged. A chapter with exercises differs, so both of its copies run."""
+    from coursekit.release import exercises
+
+    without, with_ = [], []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        (with_ if exercises(nbformat.read(path, 4)) else without).append(path.name)
+        same = pytest_plugin.same_notebook(path, ROOT / "notebooks" / path.name)
+        assert same == (path.name in without), path.name
+    assert without and with_, (without, with_)
+
+
+def test_same_notebook_compares_every_cell_source_and_metadata(tmp_path):
+    cells = [new_markdown_cell("# T"), new_code_cell("x = 1", metadata={"tags": ["a"]})]
+    paths = []
+    for name, change in [("a", None), ("b", None), ("c", ("source", "x = 2")),
+                         ("d", ("metadata", {"tags": []}))]:
+        nb = new_notebook(cells=[nbformat.from_dict(dict(c)) for c in cells])
+        if change:
+            nb.cells[1][change[0]] = change[1]
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        paths.append(tmp_path / f"{name}.ipynb")
+    a, b, c, d = paths
+    assert pytest_plugin.same_notebook(a, b)
+    assert not pytest_plugin.same_notebook(a, c) and not pytest_plugin.same_notebook(a, d)
+
+
+def test_the_instructor_execution_of_a_twin_is_cached_for_both_editions(tmp_path, monkeypatch):
+    from jupyter_cache import get_cache
+
+    monkeypatch.setattr(pytest_plugin, "execution_cache", lambda edition: tmp_path / edition)
+    instructor, student = tmp_path / "solutions.ipynb", tmp_path / "notebooks.ipynb"
+    for path in (instructor, student):
+        nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), path)
+    monkeypatch.setattr(pytest_plugin, "twins", {instructor: student})
+    monkeypatch.setattr(pytest_plugin, "cached", {"instructor": [], "student": []})
+    run = pytest_plugin._Execution(instructor, "instructor", n_code_cells=1,
+                                   outputs={0: [_received("stream", name="stdout", text="1\n")]})
+    pytest_plugin._cache(run)
+    assert pytest_plugin.cached == {"instructor": [instructor], "student": [student]}
+    for edition, path in [("instructor", instructor), ("student", student)]:
+        record, = get_cache(str(tmp_path / edition)).list_cache_records()
+        assert record.uri == str(path)
+        cell = get_cache(str(tmp_path / edition)).get_cache_bundle(record.pk).nb.cells[0]
+        assert cell.outputs[0].text == "1\n"

@@ -12,6 +12,12 @@ For that to work the instructor edition's notebooks must have run before the boo
 under pytest-xdist on the same worker: this plugin's scheduler makes ``solutions/*.ipynb`` and
 the browser test one unit of work, the chapters first, the build after them. That unit starts
 first; the other worker takes the student edition and the unit tests.
+
+A chapter without exercises (02b, 06b) is the same notebook in both editions: when both are
+collected, the student edition's copy is not run a second time (it is deselected, and pytest's
+summary counts it), and the instructor edition's execution is cached for both editions' books.
+The comparison is made afresh in every session, cell by cell: a copy that differs in anything
+runs.
 """
 
 from __future__ import annotations
@@ -43,10 +49,39 @@ def _in_book_group(nodeid: str) -> bool:
     return nodeid.startswith("solutions/") or nodeid.split("::", 1)[0] == BROWSER_TEST
 
 
+def same_notebook(a: Path, b: Path) -> bool:
+    """Whether two notebooks have the same cells: type, source and metadata, in order."""
+    def cells(path: Path) -> list:
+        return [(c.cell_type, c.source, c.get("metadata", {}))
+                for c in nbformat.read(path, as_version=4).cells]
+    return cells(a) == cells(b)
+
+
+twins: dict[Path, Path] = {}  # instructor chapter -> its identical student copy, this session
+
+
 def pytest_collection_modifyitems(session, config, items: list[pytest.Item]) -> None:
     """The book group first (the longest unit of work starts first): the instructor edition's
     chapters, then the browser test that builds the book from their executions. Then the
-    student edition (long units) and the other tests, as collected."""
+    student edition (long units) and the other tests, as collected. A student chapter identical
+    to its collected instructor chapter is deselected (see the module's docstring)."""
+    collected = {Path(str(item.parent.fspath)).resolve() for item in items
+                 if _notebook_edition(item) == "instructor"}
+    twins.clear()
+    for item in items:
+        if _notebook_edition(item) != "student":
+            continue
+        path = Path(str(item.parent.fspath)).resolve()
+        instructor = ROOT / "solutions" / path.name
+        if instructor in collected and (path in twins.values() or same_notebook(instructor, path)):
+            twins[instructor] = path
+    if twins:
+        copies = set(twins.values())
+        dropped = [i for i in items if _notebook_edition(i) == "student"
+                   and Path(str(i.parent.fspath)).resolve() in copies]
+        items[:] = [i for i in items if i not in dropped]
+        config.hook.pytest_deselected(items=dropped)
+
     def rank(item: pytest.Item) -> int:
         file = item.nodeid.split("::", 1)[0]
         return (0 if file.startswith("solutions/") else 1 if file == BROWSER_TEST
@@ -74,10 +109,11 @@ def pytest_xdist_make_scheduler(config, log):
 class _Execution:
     """The outputs nbval has collected so far for one notebook."""
 
-    def __init__(self, path: Path, edition: str, n_code_cells: int) -> None:
+    def __init__(self, path: Path, edition: str, n_code_cells: int,
+                 outputs: dict[int, list] | None = None, seconds: float = 0.0) -> None:
         self.path, self.edition, self.n_code_cells = path, edition, n_code_cells
-        self.outputs: dict[int, list] = {}
-        self.seconds = 0.0
+        self.outputs: dict[int, list] = dict(outputs or {})
+        self.seconds = seconds
 
     def notebook(self) -> nbformat.NotebookNode:
         nb = nbformat.read(self.path, as_version=4)
@@ -192,3 +228,7 @@ def _cache(run: _Execution) -> None:
                                 "executed_by": "nbval"}),
             check_validity=False, overwrite=True)
     cached[run.edition].append(run.path)
+    twin = twins.get(run.path) if run.edition == "instructor" else None
+    if twin is not None:  # the same notebook in the student edition: the same execution
+        _cache(_Execution(twin, "student", run.n_code_cells, outputs=run.outputs,
+                          seconds=run.seconds))
