@@ -68,12 +68,11 @@ def pytest_collection_modifyitems(session, config, items: list[pytest.Item]) -> 
     collected = {Path(str(item.parent.fspath)).resolve() for item in items
                  if _notebook_edition(item) == "instructor"}
     twins.clear()
-    for item in items:
-        if _notebook_edition(item) != "student":
-            continue
-        path = Path(str(item.parent.fspath)).resolve()
+    students = {Path(str(item.parent.fspath)).resolve() for item in items
+                if _notebook_edition(item) == "student"}
+    for path in sorted(students):  # each notebook once, not once per cell
         instructor = ROOT / "solutions" / path.name
-        if instructor in collected and (path in twins.values() or same_notebook(instructor, path)):
+        if instructor in collected and same_notebook(instructor, path):
             twins[instructor] = path
     if twins:
         copies = set(twins.values())
