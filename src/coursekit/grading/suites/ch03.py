@@ -13,7 +13,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.bias import causal_lower_right
 
 from coursekit import attention
 from coursekit.grading.suite import Case, Mutant, Suite, backward, load_parameters
@@ -177,6 +176,10 @@ SDPA_CASES = [
 def torch_causal_mask(n_q, n_k=None):
     """Read the mask off F.scaled_dot_product_attention's own causal bias: with q = k = 0 every
     allowed key gets a positive weight. Lower-right alignment: the queries are the last N_q."""
+    # imported here: torch.nn.attention.bias loads torch._dynamo (about 4 s), which every
+    # check() of every chapter would otherwise pay when the registry imports this module
+    from torch.nn.attention.bias import causal_lower_right
+
     n_k = n_q if n_k is None else n_k
     q, k = torch.zeros(1, 1, n_q, 1), torch.zeros(1, 1, n_k, 1)
     eye = torch.eye(n_k)[None, None]

@@ -57,7 +57,6 @@ from functools import cache
 
 import torch
 import torch.nn.functional as F
-from scipy.stats import chi2, norm
 from torch import nn
 
 from coursekit.data import bert_inputs
@@ -130,8 +129,17 @@ def statistics(result, ids, special, mask_id, vocab_size) -> torch.Tensor:
 
 
 BINS = 10
-CRITICAL = float(chi2.isf(1e-6, BINS - 1))  # χ² with 9 degrees of freedom, false alarms 10⁻⁶
-Z = float(norm.isf(1e-6 / 2))  # two-sided z bound, false alarms 10⁻⁶: 4.89
+
+
+@cache
+def bounds() -> tuple[float, float]:
+    """χ²'s critical value with 9 degrees of freedom and the two-sided z bound (4.89), each at a
+    false-alarm rate of 10⁻⁶. Computed on first use: scipy.stats takes about 2 s to import, which
+    every check() of every chapter would otherwise pay when the registry imports this module."""
+    from scipy.stats import chi2, norm
+
+    return float(chi2.isf(1e-6, BINS - 1)), float(norm.isf(1e-6 / 2))
+
 RANDOM, EXACT, RATES = (0, 2, 3, 4), (1, 5, 6, 7), 8
 NAMES = ["the share of non-special positions picked", "the share of special positions picked",
          "among picked positions, the share that became [MASK]",
@@ -152,7 +160,7 @@ def uniform_replacements(result, ids, mask_id, vocab_size) -> bool:
         return False
     counts = torch.bincount(replaced * BINS // vocab_size, minlength=BINS).double()
     expected = len(replaced) / BINS
-    return float(((counts - expected) ** 2 / expected).sum()) < CRITICAL
+    return float(((counts - expected) ** 2 / expected).sum()) < bounds()[0]
 
 
 def run_mask_tokens(fn, args):
@@ -194,9 +202,9 @@ def offending(want: torch.Tensor, have: torch.Tensor) -> tuple[int, str] | None:
         a, b = float(have[i]), float(want[i])
         if i in RANDOM or b != 0:
             z = z_score(a, float(have[RATES + i]), b, float(want[RATES + i]))
-            if abs(z) > Z:
+            if abs(z) > (bound := bounds()[1]):
                 return i, (f"{NAMES[i]} is {a:.3f}; the reference's is {b:.3f} (z = {z:.1f}, "
-                           f"beyond ±{Z:.2f}, a false-alarm rate of 10⁻⁶)")
+                           f"beyond ±{bound:.2f}, a false-alarm rate of 10⁻⁶)")
         elif a != b:
             return i, f"{NAMES[i]} is {a:.3f}; it should be {b:.3f}"
     return None
