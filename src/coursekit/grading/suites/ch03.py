@@ -176,8 +176,9 @@ SDPA_CASES = [
 def torch_causal_mask(n_q, n_k=None):
     """Read the mask off F.scaled_dot_product_attention's own causal bias: with q = k = 0 every
     allowed key gets a positive weight. Lower-right alignment: the queries are the last N_q."""
-    # imported here: torch.nn.attention.bias loads torch._dynamo (about 4 s), which every
-    # check() of every chapter would otherwise pay when the registry imports this module
+    # imported here: torch.nn.attention.bias loads torch._dynamo (1.0 s with bytecode, 3.4 s
+    # without), which every check() of every chapter would otherwise pay when the registry
+    # imports this module
     from torch.nn.attention.bias import causal_lower_right
 
     n_k = n_q if n_k is None else n_k

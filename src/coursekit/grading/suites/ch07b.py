@@ -140,6 +140,7 @@ def bounds() -> tuple[float, float]:
 
     return float(chi2.isf(1e-6, BINS - 1)), float(norm.isf(1e-6 / 2))
 
+
 RANDOM, EXACT, RATES = (0, 2, 3, 4), (1, 5, 6, 7), 8
 NAMES = ["the share of non-special positions picked", "the share of special positions picked",
          "among picked positions, the share that became [MASK]",
