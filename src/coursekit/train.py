@@ -92,3 +92,59 @@ def fit(
     bar.close()
     model.eval()
     return history
+
+
+def train_classifier(
+    model: torch.nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int,
+    lr: float = 2e-3,
+    batch: int = 128,
+    seed: int = 0,
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    weight_decay: float = 0.05,
+    device: torch.device | str | None = None,
+    every: int = 0,
+    callback: Callable[[int, History], None] | None = None,
+) -> History:
+    """Chapter 8's image-classifier recipe: cross-entropy on minibatches of ``batch`` drawn at
+    random from (images, labels), each passed through ``augment(images, generator)`` when one is
+    given; AdamW (weight decay 0.05), warm-up over 10 % of the steps, then cosine to zero.
+
+    ``seed`` is the draw: ``coursekit.seed(seed)`` seeds PyTorch and the minibatches, so
+    ``COURSEKIT_SEED`` moves it as it moves every seeded experiment. The model moves to ``device``
+    (default ``coursekit.device()``); the data stays where it is, a batch at a time is sent.
+    ``every``/``callback``: as in :func:`fit`.
+    """
+    import coursekit
+
+    device = coursekit.device() if device is None else device
+    torch.manual_seed(coursekit.seed(seed))
+    model = model.to(device)
+    g = torch.Generator().manual_seed(coursekit.seed(seed))
+    schedule = warmup_cosine(steps, warmup=max(1, steps // 10))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
+
+    def batches(step):
+        i = torch.randint(len(labels), (min(batch, len(labels)),), generator=g)
+        x = images[i] if augment is None else augment(images[i], g)
+        return x.to(device), labels[i].to(device)
+
+    def loss_fn(m, b):
+        return torch.nn.functional.cross_entropy(m(b[0]), b[1])
+
+    return fit(model, loss_fn, batches, steps=steps, optimizer=optimizer, lr_schedule=schedule,
+               every=every, callback=callback, desc=type(model).__name__)
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, batch: int = 512) -> float:
+    """The share of ``images`` whose most likely class (argmax of the logits) is their label, in eval
+    mode, ``batch`` images at a time on the model's device."""
+    model.eval()
+    device = next(model.parameters()).device
+    hits = sum((model(images[i:i + batch].to(device)).argmax(-1).cpu() == labels[i:i + batch]).sum().item()
+               for i in range(0, len(labels), batch))
+    return hits / len(labels)
