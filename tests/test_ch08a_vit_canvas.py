@@ -24,7 +24,7 @@ def test_shipped_canvas_vits_load_and_reach_what_the_notebook_asserts():
             step, stored = curves[kind][seed][-1]
             assert step == last == 1500 and measured == pytest.approx(stored, abs=2 / len(y_test)), \
                 f"{kind}, seed {seed}: the shipped weights are not the ones its curve measured"
-            assert measured > 0.9, f"{kind}, seed {seed}: more than 90 % on the canvas expected: {measured:.1%}"
+            assert measured > 0.9, f"{kind}, seed {seed}: over 90 % on the canvas expected: {measured:.1%}"
     # the fixed table travels in the file as a buffer: it must still be the one the chapter builds
     for model in shipped["models"]["sincos"].values():
         torch.testing.assert_close(model.pos_embed[0, 1:], sincos_2d_pos_embed((4, 4), 32))

@@ -3,9 +3,10 @@
 Section 8.6 pastes each 8x8 digit at a random place on a blank 16x16 canvas and trains a ViT with
 4x4-pixel patches (a 4x4 grid of 16 patches), once with learned position embeddings and once with
 the fixed 2-D sin-cos table. The comparison the chapter makes, where both have finished learning,
-needs the full profile's 1,500 steps, about 30 s per model on one CPU thread, more than a 90-second
-notebook has. So both ship here (``vit_canvas.pt``, about 0.7 MB), three seeds of each, with every
-run's test accuracy every 100 steps, measured during training.
+needs the full profile's 1,500 steps, about 30 s per model on one CPU thread, more than the
+90-second notebook has left once its other models are trained. So both ship here
+(``vit_canvas.pt``, about 0.7 MB), three seeds of each, with every run's test accuracy every 100
+steps, measured during training.
 
 Regenerate it with ``python -m coursekit.data.vit_canvas [device]``: the chapter's recipe
 (:func:`coursekit.train.train_classifier`: AdamW at 3e-3, weight decay 0.05, warm-up over 10 % of
