@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -48,6 +51,45 @@ def test_run_one_counts_cells_and_sees_the_seed(tmp_path):
     run = validate.run_one(bad, "quick", 0, 60, ("cpu", "x"))
     assert not run.ok and run.cells_failed >= 1
     assert "the claim is false" in run.failure
+
+
+MANY_BARS = """import torch
+from coursekit.train import fit
+model = torch.nn.Linear(2, 1)
+for run in range(800):   # each training's progress bar is a widget: a dozen messages or more
+    fit(model, lambda m, x: m(x).pow(2).mean(), lambda step: torch.ones(1, 2), steps=2)"""
+
+
+def test_a_cell_with_many_trainings_passes(tmp_path):
+    # nbval reads a cell's messages only once the cell has finished. Thousands of progress-bar
+    # messages overflow the queue between the kernel and nbval, the kernel's 'idle' is dropped,
+    # and nbval fails the cell and skips the rest: how 06a's 44-training grid failed beside
+    # another kernel. validate's kernels run with TQDM_DISABLE=1, which coursekit's fit honours
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    nb = _notebook(folder / "bars.ipynb", MANY_BARS, "print('the next cell runs')")
+    with_bars = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    plain = subprocess.run([sys.executable, "-m", "pytest", str(nb), "-o", "addopts=", "-q",
+                            "-p", "no:cacheprovider", "--nbval-lax"],
+                           capture_output=True, text=True, cwd=tmp_path, env=with_bars)
+    assert "exceeded waiting for output" in plain.stdout, plain.stdout[-2000:]
+    assert "1 failed, 1 xfailed" in plain.stdout, plain.stdout[-2000:]
+
+    run = validate.run_one(nb, "quick", 0, 120, ("cpu", "x"))
+    assert (run.cells_passed, run.cells_failed, run.cells_skipped) == (2, 0, 0), run.failure
+
+
+def test_a_failure_says_what_nbval_saw():
+    # the verdict and the traceback's end, without the cell's source
+    report = ("#x1B[91mNotebook cell execution failed#x1B[0m\n#x1B[94mCell 17: Timeout of 5 seconds "
+              "exceeded waiting for output.\n\nInput:\n#x1B[0mx = 1\nassert learns(False), 'no'\n")
+    assert validate._reason(report) == "Timeout of 5 seconds exceeded waiting for output."
+    report = ("Notebook cell execution failed\nCell 3: Cell execution caused an exception\n\nInput:\n"
+              "assert x == 2\n\nTraceback:\n----\nAssertionError   Traceback\n----> 1 assert x == 2\n\n"
+              "AssertionError: the claim is false\n")
+    reason = validate._reason(report)
+    assert reason.startswith("Cell execution caused an exception\n")
+    assert reason.endswith("AssertionError: the claim is false") and "Input" not in reason
 
 
 def test_validate_writes_the_report(tmp_path, monkeypatch, capsys):

@@ -22,6 +22,7 @@ runs.
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -151,8 +152,13 @@ def pytest_configure(config) -> None:
     after a figure moves above it) and keeps only the merged list. The book shows the outputs
     in the order they came, as a notebook does, so the plugin records nbval's list before the
     merge: every list nbval merges during a cell passes through here, the received outputs
-    first."""
+    first.
+
+    It also sets ``TQDM_DISABLE=1`` (unless set), which the kernels nbval starts inherit: no
+    progress bars under nbval (:func:`coursekit.train.bars_off` says why)."""
     import nbval.plugin
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
 
     merge = nbval.plugin.coalesce_streams
     if getattr(merge, "records_for_the_book", False):

@@ -124,8 +124,7 @@ def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tupl
                 if bad is not None:
                     failed += 1
                     if not failure:
-                        text = (bad.get("message") or "") + "\n" + (bad.text or "")
-                        failure = f"{case.get('name')}: " + _tail(text)
+                        failure = f"{case.get('name')}: " + _reason(bad.text or bad.get("message") or "")
                 elif case.find("skipped") is not None:
                     skipped += 1
                 else:
@@ -142,6 +141,19 @@ def _tail(text: str, lines: int = 6) -> str:
     text = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text)  # colours, raw or as JUnit XML escapes them
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(kept[-lines:])
+
+
+def _reason(text: str) -> str:
+    """What nbval says of a failed cell: its verdict ("Cell execution caused an exception",
+    "Timeout of 5 seconds exceeded waiting for output.", ...) and the traceback's last lines, or
+    the last lines of the report where it has no traceback. Not the cell's source: that is in
+    the notebook."""
+    plain = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text)
+    verdict = re.search(r"^Cell \d+: (.+)$", plain, re.MULTILINE)
+    if verdict is None:
+        return _tail(plain)
+    _, _, traceback = plain.partition("\nTraceback:")
+    return verdict.group(1).strip() + ("\n" + _tail(traceback) if traceback.strip() else "")
 
 
 def validate(profile: str, seeds: list[int], editions: list[str], only: list[str] | None = None,
@@ -190,7 +202,9 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
         run = run_one(path, profile, seed, cell_timeout, device, log, threads)
         with lock:
             runs.append(run)
-            cells = f"{run.cells_passed}/{run.cells_passed + run.cells_failed} cells passed"
+            total = run.cells_passed + run.cells_failed + run.cells_skipped
+            cells = f"{run.cells_passed}/{total} cells passed" + (
+                f", {run.cells_skipped} skipped" if run.cells_skipped else "")
             print(f"[{len(runs):>3}/{len(todo)}] seed {run.seed}  {run.notebook:<34} {run.edition:<10} "
                   f"{run.seconds:7.1f} s  {cells}" + ("" if run.ok else "  FAILED"),
                   file=stream, flush=True)
