@@ -44,10 +44,11 @@ def bars_off() -> bool:
     """Whether ``TQDM_DISABLE`` asks for no progress bars (``coursekit validate`` and the test
     suite set it for the kernels nbval runs). tqdm's notebook bar ignores that variable (it passes
     ``disable=False`` itself), so the training loop reads it. Under nbval it must: nbval reads a
-    cell's messages only once the cell has finished, and a full-profile cell of 44 trainings sent
-    thousands of widget messages, more than the queue between the kernel and nbval holds: the
-    kernel's last message ("idle") was dropped, and nbval failed the cell after its code had run
-    (book/gpu-validation.md, 2026-11-28)."""
+    cell's messages only once the cell has finished, and messages that overflow the queue between
+    them are lost. A full-profile cell of 44 trainings sent thousands of widget messages, its last
+    one (the kernel's "idle") never reached nbval, and nbval failed the cell after its code had
+    run; with the bars off it passes (book/gpu-validation.md, 2026-11-28). A cell of 800 trainings
+    shows the same loss (tests/test_validate.py)."""
     return os.environ.get("TQDM_DISABLE", "").strip().lower() in {"1", "true", "yes"}
 
 

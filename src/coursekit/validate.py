@@ -137,8 +137,11 @@ def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tupl
                passed, failed, skipped, failure, str(assert_log or ""))
 
 
+COLOURS = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")  # terminal colours, raw or as JUnit XML escapes them
+
+
 def _tail(text: str, lines: int = 6) -> str:
-    text = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text)  # colours, raw or as JUnit XML escapes them
+    text = COLOURS.sub("", text)
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(kept[-lines:])
 
@@ -148,7 +151,7 @@ def _reason(text: str) -> str:
     "Timeout of 5 seconds exceeded waiting for output.", ...) and the traceback's last lines, or
     the last lines of the report where it has no traceback. Not the cell's source: that is in
     the notebook."""
-    plain = re.sub(r"(\x1b|#x1B)\[[0-9;]*m", "", text)
+    plain = COLOURS.sub("", text)
     verdict = re.search(r"^Cell \d+: (.+)$", plain, re.MULTILINE)
     if verdict is None:
         return _tail(plain)
