@@ -39,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -602,24 +603,28 @@ MARK_REPEATED_COLOURS = """() => {
 }"""
 
 
-def axe_violations(page, repeated_colours_once: bool = False) -> list[dict]:
+def axe_violations(page, repeated_colours_once: bool = False,
+                   within: str | None = None) -> list[dict]:
     """axe-core's violations on the page as it is now: [{"id", "impact", "help", "nodes"}].
     With ``repeated_colours_once``, the colour-contrast rule checks each combination of
     colours and fonts in highlighted code and in tables once (MARK_REPEATED_COLOURS); every other rule
-    and every other element is audited as usual, in the same run."""
+    and every other element is audited as usual, in the same run. ``within`` (a CSS selector)
+    audits only the elements it matches and what they contain (axe's context), with the
+    repeated colours checked once."""
     try:
         from axe_playwright_python.sync_playwright import Axe
     except ImportError:
         pytest.fail("the accessibility audit needs axe-playwright-python: "
                     "`pip install -r requirements.txt`", pytrace=False)
-    if not repeated_colours_once:
+    if not repeated_colours_once and within is None:
         return Axe().run(page).response["violations"]
     page.evaluate(MARK_REPEATED_COLOURS)
     page.evaluate(Axe().axe_script)
-    return page.evaluate("""async () => {
+    return page.evaluate("""async (within) => {
       axe.configure({rules: [{id: "color-contrast", selector: "*:not([data-ck-same-contrast])"}]});
-      return (await axe.run(document, {resultTypes: ["violations"]})).violations;
-    }""")
+      const context = within === null ? document : {include: [within]};
+      return (await axe.run(context, {resultTypes: ["violations"]})).violations;
+    }""", within)
 
 
 def axe_report(violations: list[dict]) -> list[str]:
@@ -660,6 +665,47 @@ def same_markup(student_html: str, instructor_html: str) -> bool:
         text = re.sub(r"(student|instructor) edition", "EDITION", text)
         return re.sub(r"\b(notebooks|solutions)\b", "FOLDER", text)
     return normal(student_html) == normal(instructor_html)
+
+
+VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+                 "source", "track", "wbr"}
+EXERCISE_CELL = ".tag_exercise"  # myst-nb's class for a cell tagged `exercise`
+
+
+class _Outline(HTMLParser):
+    """A page's elements in document order, each as (tag, class, role, attribute names), with
+    no text and no attribute values but those two, and without the exercise cells' subtrees."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple] = []
+        self.depth_in_exercise = 0
+
+    def handle_starttag(self, tag, attrs):
+        found = dict(attrs)
+        if self.depth_in_exercise:
+            self.depth_in_exercise += tag not in VOID_ELEMENTS
+        elif "tag_exercise" in (found.get("class") or "").split():
+            self.depth_in_exercise = 1
+        else:
+            self.elements.append((tag, found.get("class"), found.get("role"), tuple(sorted(found))))
+
+    def handle_endtag(self, tag):
+        if self.depth_in_exercise and tag not in VOID_ELEMENTS:
+            self.depth_in_exercise -= 1
+
+
+def same_outside_exercises(student_html: str, instructor_html: str) -> bool:
+    """Whether two pages have the same elements, classes, roles and attributes outside their
+    exercise cells: what they differ in there is text (numbers a cell printed, ids, links to
+    the edition's own folder), which the audit of the instructor's page has checked in its form."""
+    outlines = []
+    for html in (student_html, instructor_html):
+        parser = _Outline()
+        parser.feed(html)
+        parser.close()
+        outlines.append(parser.elements)
+    return outlines[0] == outlines[1]
 
 
 def report_audit(found: dict[str, list[dict]], edition: str) -> None:
@@ -800,9 +846,10 @@ def test_a_chapter_of_the_built_book_prints_to_pdf_with_its_title_and_figures(bu
 
 
 # ---------------------------------------------------------------------------------------------
-# The student edition: the same audit on every page. It is built last, from the executions nbval
-# made of notebooks/ on the other worker (``_build/student/.jupyter_cache``); a chapter missing
-# there is executed by the build.
+# The student edition: every page audited, where it differs from the instructor edition's (a
+# chapter's exercise cells, when nothing else but text differs; a whole page otherwise). It is
+# built last, from the executions nbval made of notebooks/ on the other worker
+# (``_build/student/.jupyter_cache``); a chapter missing there is executed by the build.
 
 STUDENT_SITE = ROOT / "_build" / "student" / "html"
 
@@ -829,23 +876,76 @@ def test_every_page_of_the_student_edition_passes_the_axe_accessibility_audit(
         browser, student_site, instructor_pages):
     """A page whose markup is the instructor edition's but for the edition's name and folder
     (the book's own pages, the index, search, and the chapters without exercises, which are the
-    same notebook in both editions) takes the instructor edition's audit; the rest (every chapter
-    with exercises: stubs, check outputs, no solution toggles) are opened and audited."""
+    same notebook in both editions) takes the instructor edition's audit. A chapter with
+    exercises (stubs, check outputs, no solution toggles) whose elements outside the exercise
+    cells are the instructor chapter's (same_outside_exercises: only text differs there) takes
+    the instructor chapter's audit and has its exercise cells audited; any other page is opened
+    and audited whole. (Whole chapters took 146 s of a CI run, their exercise cells about a
+    tenth of each chapter's audit.)"""
     base_url, pages = student_site
     chapters = [p for p in pages if re.fullmatch(r"notebooks/\d\d[a-z]?_[^/]+\.html", p)]
     assert len(chapters) == len(list((ROOT / "notebooks").glob("*.ipynb"))), pages
-    audited = {}
-    for path in pages:
-        twin = re.sub(r"^notebooks/", "solutions/", path)
-        if twin in instructor_pages and same_markup((STUDENT_SITE / path).read_text(),
-                                                    (SITE / twin).read_text()):
-            audited[path] = instructor_pages[twin][1]
     with_exercises = {f"notebooks/{nb.stem}.html" for nb in (ROOT / "notebooks").glob("*.ipynb")
                       if _has_exercises(ROOT / "solutions" / nb.name)}
-    assert with_exercises and not set(audited) & with_exercises, (
-        "a student chapter with exercises has its instructor chapter's markup: "
-        f"{sorted(set(audited) & with_exercises)}")
+    audited, exercises_only = {}, []
+    for path in pages:
+        twin = re.sub(r"^notebooks/", "solutions/", path)
+        if twin not in instructor_pages:
+            continue
+        student, instructor = (STUDENT_SITE / path).read_text(), (SITE / twin).read_text()
+        if same_markup(student, instructor):
+            assert path not in with_exercises, (
+                f"a student chapter with exercises has its instructor chapter's markup: {path}")
+            audited[path] = instructor_pages[twin][1]
+        elif path in with_exercises and same_outside_exercises(student, instructor):
+            visit = Visit(browser, base_url, path)
+            try:
+                assert visit.page.locator(EXERCISE_CELL).count(), f"{path}: no exercise cell"
+                audited[path] = (instructor_pages[twin][1]
+                                 + axe_violations(visit.page, within=EXERCISE_CELL))
+            finally:
+                visit.close()
+            exercises_only.append(path)
+    assert with_exercises
+    print(f"student edition: {len(exercises_only)} of {len(with_exercises)} chapters with "
+          f"exercises audited in their exercise cells; audited whole: "
+          f"{sorted(with_exercises - set(exercises_only)) or 'none'}")
     audit(browser, base_url, pages, "student", audited)
+
+
+EXERCISE_PAGE = """<!DOCTYPE html><html lang="en"><head><title>t</title></head><body><main>
+<h1>Chapter</h1><p>Text {text}</p>{extra}
+<div class="cell tag_exercise docutils container"><div class="cell_input">{inside}</div>
+<img src="data:image/png;base64,iVBORw0KGgo=" alt="a plot"><br></div>
+<div class="cell docutils container"><img src="data:image/png;base64,iVBORw0KGgo="></div>
+</main></body></html>"""
+
+
+def test_same_outside_exercises_sees_elements_not_text_and_skips_the_exercise_cells():
+    page = functools.partial(EXERCISE_PAGE.format, text="1.0", extra="", inside="<p>stub</p>")
+    assert same_outside_exercises(page(), page())
+    assert same_outside_exercises(page(text="2.5 ms"), page())          # text outside
+    assert same_outside_exercises(page(inside="<details><summary>s</summary><pre>x</pre>"
+                                              "</details>"), page())    # inside the exercise cell
+    assert not same_outside_exercises(page(extra="<p>new</p>"), page())  # an element outside
+    assert not same_outside_exercises(page(extra='<p role="note"></p>'), page(extra="<p></p>"))
+    assert not same_outside_exercises(page(extra="<img src=x>"), page(extra='<img src=x alt="">'))
+
+
+def test_the_exercise_cells_audit_sees_what_is_in_them_and_nothing_else(browser):
+    """An image without a text alternative is found inside an exercise cell, and not outside
+    one, when only the exercise cells are audited."""
+    page = browser.new_page()
+    try:
+        page.set_content(EXERCISE_PAGE.format(text="", extra="", inside='<img src="x.png">'))
+        inside = [n["html"] for v in axe_violations(page, within=EXERCISE_CELL)
+                  if v["id"] == "image-alt" for n in v["nodes"]]
+        whole = [n["html"] for v in axe_violations(page) if v["id"] == "image-alt"
+                 for n in v["nodes"]]
+    finally:
+        page.close()
+    assert inside == ['<img src="x.png">'], inside
+    assert len(whole) == 2 and inside[0] in whole, whole
 
 
 def test_same_markup_ignores_only_the_editions_name_folder_and_asset_versions():
