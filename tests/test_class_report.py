@@ -95,13 +95,13 @@ def test_what_went_wrong_is_counted_over_the_class(written):
     _, summary = written
     hint = next(m.hint for m in SUITES[SOFTMAX].mutants
                 if m.name == "softmax over the batch axis")
-    assert f"**12 of {N}: softmax over the batch axis.** {report.flat(hint)}" in summary
+    assert f"**12 of {N}: softmax over the batch axis.** {report.plain(hint)}" in summary
     assert f"**7 of {N}: inverted mask.**" in summary
     assert f"**3 of {N}: raises TypeError.**" in summary
     assert f"**12 of {N}: summed over the feature axis.**" in summary
     assert f"**14 of {N}: plain average of encoder states.**" in summary
     # exceptions grouped by type; NotImplementedError (not attempted) is not an exception
-    assert f"Exceptions, by type: TypeError in 3 of {N} (e.g. in the case " in summary
+    assert f"Exceptions, by type: TypeError in 3 of {N} (e.g. `in the case " in summary
     assert "NotImplementedError in" not in summary
     # nothing went wrong in 02.1, so it gets no section
     assert "### 02.1 " not in summary and "### 02.2 " in summary and "### 02.3 " in summary

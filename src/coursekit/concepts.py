@@ -62,17 +62,17 @@ class Question:
             return None
         if self.kind == "number":
             try:
-                value = float(str(given).replace(",", "").replace("_", "").strip())
-            except ValueError:
+                value = float(str(given)[:MAX_TEXT].replace(",", "").replace("_", "").strip())
+            except (ValueError, OverflowError):
                 return None
             return repr(value) if math.isfinite(value) else None
         if self.kind == "shape":
             if isinstance(given, str):
-                digits = re.findall(r"-?\d+", given)
+                digits = re.findall(r"-?\d{1,18}", given[:MAX_TEXT])
             else:
                 try:
                     digits = [str(int(d)) for d in given]
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     return None
             return ",".join(str(int(d)) for d in digits) if digits else None
         letter = str(given).strip().lower().rstrip(")").strip()
@@ -320,33 +320,112 @@ def question(qid: str) -> Question:
 
 
 # -- reading a submission's answers without running it ---------------------------------------
+#
+# The batch grader reads answers in its own process, from files students wrote, so the reader is
+# a small interpreter of its own with every cost bounded: the cell's size, the number of syntax
+# nodes, the nesting, the size of every number and string, and what arithmetic may do. Nothing
+# is evaluated by Python's eval; an answer outside these limits is a note on that submission.
 
-_ALLOWED = (ast.Expression, ast.Dict, ast.Tuple, ast.List, ast.Constant, ast.UnaryOp, ast.USub,
-            ast.UAdd, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.Load)
+MAX_CELL = 64 << 10  # characters of a concept-check cell that the grader will read
+MAX_NODES = 2_000  # syntax nodes in the answers dictionary
+MAX_DEPTH = 8  # nesting of the answers dictionary (a shape inside it is depth 2)
+MAX_ITEMS = 64  # entries of the dictionary, elements of a shape
+MAX_TEXT = 200  # characters of a string answer (a letter, "4,224", "(2, 3)")
+MAX_NUMBER = 10**15  # magnitude of a number, written or computed
+MAX_CELLS = 8  # concept-check cells read from one submission
+
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+           ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+           ast.Pow: lambda a, b: a ** b}
+
+
+def _number(value: Any) -> int | float:
+    """A number within the reader's limits, or ValueError."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("a number is not finite")
+    if abs(value) > MAX_NUMBER:
+        raise ValueError(f"a number is larger than {MAX_NUMBER:.0e}")
+    return value
+
+
+def _literal(node: ast.AST, depth: int = 0) -> Any:
+    """The value of one answer's syntax, within the limits above."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"the answers are nested more than {MAX_DEPTH} levels deep")
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            return _number(value)
+        if isinstance(value, str):
+            if len(value) > MAX_TEXT:
+                raise ValueError(f"a string answer is longer than {MAX_TEXT} characters")
+            return value
+        raise ValueError(f"{type(value).__name__} is not an answer (numbers, shapes, letters)")
+    if isinstance(node, (ast.Tuple, ast.List)):
+        if len(node.elts) > MAX_ITEMS:
+            raise ValueError(f"a shape has more than {MAX_ITEMS} entries")
+        items = [_literal(e, depth + 1) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _literal(node.operand, depth + 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("a sign stands before something that is not a number")
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _literal(node.left, depth + 1), _literal(node.right, depth + 1)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (left, right)):
+            raise ValueError("arithmetic is allowed on numbers only")
+        if isinstance(node.op, ast.Pow) and not (isinstance(right, int) and abs(right) <= 64):
+            raise ValueError("a power's exponent must be a whole number between -64 and 64")
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ValueError("a division by zero")
+        try:
+            value = _BINARY[type(node.op)](left, right)
+        except (OverflowError, ZeroDivisionError, ArithmeticError):
+            raise ValueError("an arithmetic expression overflows") from None
+        if isinstance(value, complex):
+            raise ValueError("an arithmetic expression is not a real number")
+        return _number(value)
+    raise ValueError(f"answers must be written as plain values (numbers, tuples, letters); "
+                     f"line {getattr(node, 'lineno', '?')} has {type(node).__name__}")
 
 
 def read_answers(source: str) -> dict[str, Any]:
-    """The ``answers = {...}`` dictionary of a concepts cell, read as a literal (arithmetic on
-    numbers allowed: ``2 * 8 * 768``), never executed. Raises ValueError naming what it could not
-    read."""
+    """The ``answers = {...}`` dictionary of a concepts cell, read as data: numbers, strings,
+    ``None``, tuples and lists of those, and arithmetic on numbers (``2 * 8 * 768``), all within
+    the limits above; never executed. Raises ValueError naming what it could not read."""
+    if not isinstance(source, str):
+        raise ValueError("the concept-check cell is not text")
+    if len(source) > MAX_CELL:
+        raise ValueError(f"the concept-check cell is longer than {MAX_CELL >> 10} KiB, so it "
+                         "was not read")
     try:
         tree = ast.parse(source)
     except SyntaxError as err:
         raise ValueError(f"the concept-check cell is not valid Python: {err.msg} "
                          f"(line {err.lineno})") from None
+    except (RecursionError, MemoryError, ValueError, OverflowError) as err:
+        raise ValueError(f"the concept-check cell could not be parsed "
+                         f"({type(err).__name__})") from None
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "answers"):
-            expr = ast.Expression(node.value)
-            for sub in ast.walk(expr):
-                if not isinstance(sub, _ALLOWED):
-                    raise ValueError(f"answers must be written as plain values (numbers, tuples, "
-                                     f"letters); line {getattr(sub, 'lineno', '?')} has "
-                                     f"{type(sub).__name__}")
-            value = eval(compile(expr, "<answers>", "eval"), {"__builtins__": {}}, {})  # noqa: S307 (checked above)
-            if not isinstance(value, dict):
+            if sum(1 for _ in ast.walk(node.value)) > MAX_NODES:
+                raise ValueError(f"the answers are longer than {MAX_NODES} syntax elements")
+            if not isinstance(node.value, ast.Dict):
                 raise ValueError("answers must be a dictionary {question id: answer}")
-            return value
+            if len(node.value.keys) > MAX_ITEMS:
+                raise ValueError(f"answers has more than {MAX_ITEMS} entries")
+            answers: dict[str, Any] = {}
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if not (isinstance(key, ast.Constant) and isinstance(key.value, str)
+                        and len(key.value) <= 20):
+                    raise ValueError("every key of answers must be a question id such as "
+                                     "\"04.C1\"")
+                answers[key.value] = _literal(value, 1)
+            return answers
     raise ValueError("the concept-check cell has no `answers = {...}`")
 
 
@@ -495,22 +574,31 @@ def grade_sources(sources: list[str], asked: list[str] | None = None,
     """
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    for source in sources:
-        if "check_concepts(" not in source or "answers" not in source:
-            continue
+    cells = [s for s in sources if isinstance(s, str) and "check_concepts(" in s
+             and "answers" in s]
+    if len(cells) > MAX_CELLS:
+        notes.append(f"concept checks: {len(cells)} cells call check_concepts; the last "
+                     f"{MAX_CELLS} were read")
+        cells = cells[-MAX_CELLS:]
+    for source in cells:
         try:
             answers = read_answers(source)
         except ValueError as err:
             notes.append(f"concept checks not read: {err}")
             continue
+        except Exception as err:  # noqa: BLE001 (a last resort: a submission never stops a batch)
+            notes.append(f"concept checks not read ({type(err).__name__})")
+            continue
         for qid, given in answers.items():
-            try:
-                q = question(str(qid))
-            except KeyError as err:
-                notes.append(f"concept checks: {err.args[0]}")
+            if qid not in QUESTIONS:
+                notes.append(f"concept checks: no question {qid!r} in this book; ignored")
                 continue
-            right, message = q.verdict(given)
-            rows.append({"id": q.id, "given": None if given is None else repr(given),
+            q = QUESTIONS[qid]
+            try:
+                right, message = q.verdict(given)
+            except Exception as err:  # noqa: BLE001
+                right, message = False, f"the answer could not be read ({type(err).__name__})"
+            rows.append({"id": q.id, "given": None if given is None else repr(given)[:MAX_TEXT],
                          "right": right, "message": message})
     if points <= 0 or asked is None:
         return rows, notes

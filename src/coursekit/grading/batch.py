@@ -214,7 +214,7 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
     result = report.SubmissionResult(
         id=sub.id, origin=sub.origin, filename=sub.filename, sha256=digest,
         chapter=chapter, fingerprint=ctx.fingerprint, hidden=ctx.hidden,
-        isolation=ctx.isolation)
+        isolation=ctx.isolation, lms_path=sub.lms_path)
     if problem is not None:
         result.problem = problem
         result.exercises = [not_run(s, f"not graded: {problem}") for s in suites]
@@ -266,6 +266,22 @@ def grade_submission(ctx: Context, sub: Submission, digest: str | None, parsed,
         result.output = session.output.text()
     result.worker_peak_mib = session.peak_kib / 1024
     result.seconds = time.monotonic() - start
+    return result
+
+
+def could_not_grade(ctx: Context, sub: Submission, digest: str | None, chapter: str | None,
+                    err: BaseException, doing: str = "grading it") -> report.SubmissionResult:
+    """The result of a submission the grader failed on (a last resort, so that one file never
+    stops a batch): no points, and a problem the class report lists as a grader error."""
+    message = f"{type(err).__name__}: {clean(str(err), 300)}"
+    result = report.SubmissionResult(
+        id=sub.id, origin=sub.origin, filename=sub.filename, sha256=digest, chapter=chapter,
+        fingerprint=ctx.fingerprint, hidden=ctx.hidden, isolation=ctx.isolation,
+        lms_path=sub.lms_path)
+    result.problem = f"could not be graded: the grader failed while {doing} ({message})"
+    result.harness_errors = [result.problem]
+    result.exercises = [not_run(s, "not graded: the grader failed on this submission")
+                        for s in ctx.chapter(chapter)]
     return result
 
 
@@ -340,6 +356,7 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
                         for sub, _, parsed, _ in loaded)
         votes.pop(None, None)
         default = chapter or (votes.most_common(1)[0][0] if votes else None)
+        write_class = functools.partial(write_class, chapter=default)  # Moodle's one chapter
         records: dict[str, dict] = {}
         todo = []
         for sub, digest, parsed, problem in loaded:
@@ -375,13 +392,24 @@ def grade(paths: Iterable[Path | str], out: Path | str, *, jobs: int | None = No
             try:
                 if ctx.stopping:
                     return
-                result = grade_submission(ctx, sub, digest, parsed, problem, which, slot)
+                try:
+                    result = grade_submission(ctx, sub, digest, parsed, problem, which, slot)
+                except Exception as err:  # noqa: BLE001 (the last resort: the batch goes on)
+                    result = could_not_grade(ctx, sub, digest, which, err)
             finally:
                 with lock:
                     slots.append(slot)
             if ctx.stopping:  # interrupted: its results would be wrong, so write none
                 return
-            record = report.write_submission(out, result)
+            try:
+                record = report.write_submission(out, result)
+            except Exception as err:  # noqa: BLE001 (e.g. a disk full: the others go on)
+                result = could_not_grade(ctx, sub, digest, which, err, "writing its results")
+                try:
+                    record = report.write_submission(out, result)
+                except Exception:  # noqa: BLE001
+                    record = report.results_json(result)
+                    say(f"could not write the results of {clean(sub.id, 60)}: {clean(str(err))}")
             with lock:
                 records[sub.id] = record
                 done[0] += 1

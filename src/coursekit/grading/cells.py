@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import types
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,26 +33,110 @@ PRELUDE = (
 _MAGIC = re.compile(r"^\s*[%!].*$", re.MULTILINE)
 
 
+_IMPORT = re.compile(r"^[ \t]*from[ \t]+coursekit(?:\.[\w.]+)?[ \t]+import[ \t]+"
+                     r"(?:\([^)]{0,4000}\)|[^\n]{0,4000})", re.MULTILINE)
+
+
 def provided_names(sources: Iterable[str], exercises: Iterable[str]) -> dict[str, str]:
     """``{name in the namespace: exercise name}`` for every exercise that the code cells
-    ``sources`` import from coursekit (``from coursekit... import x [as y]``)."""
+    ``sources`` import from coursekit (``from coursekit... import x [as y]``). Only the import
+    statements are parsed, one at a time, so a cell's size costs the grader nothing more."""
     known = set(exercises)
     found: dict[str, str] = {}
     for source in sources:
-        if not isinstance(source, str) or "coursekit" not in source or len(source) > 1 << 20:
+        if not isinstance(source, str) or "coursekit" not in source:
             continue
-        try:
-            with PARSING:
-                tree = ast.parse(_MAGIC.sub("", source))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
-                    node.module == "coursekit" or node.module.startswith("coursekit.")):
-                for alias in node.names:
-                    if alias.name in known:
-                        found[alias.asname or alias.name] = alias.name
+        for match in _IMPORT.finditer(source):
+            try:
+                with PARSING:
+                    tree = ast.parse(match.group(0).strip())
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                        node.module == "coursekit" or node.module.startswith("coursekit.")):
+                    for alias in node.names:
+                        if alias.name in known:
+                            found[alias.asname or alias.name] = alias.name
     return found
+
+
+def book_order(suite) -> tuple:
+    """Where an exercise stands in the book: its notebook (or chapter), then its number."""
+    return (suite.key, int(suite.exercise.split(".")[1]))
+
+
+def _code_of(obj: Any) -> list[tuple[types.CodeType, dict]]:
+    """The code objects (with their globals) of a coursekit function, or of every method of a
+    coursekit class and its coursekit bases."""
+    if isinstance(obj, types.FunctionType):
+        return [(obj.__code__, obj.__globals__)]
+    found = []
+    if isinstance(obj, type):
+        for cls in obj.__mro__:
+            if not cls.__module__.startswith("coursekit"):
+                continue
+            for member in vars(cls).values():
+                member = getattr(member, "__func__", member)  # staticmethod, classmethod
+                if isinstance(member, property):
+                    member = member.fget
+                if isinstance(member, types.FunctionType):
+                    found.append((member.__code__, member.__globals__))
+    return found
+
+
+def reachable(start: Any, limit: int = 5000) -> set[int]:
+    """``id`` of every coursekit function and class that ``start`` can call, directly or
+    through others: the names its code reads, looked up in its module (and in the coursekit
+    modules it reads them from), followed transitively. Read from the code, never run."""
+    seen: set[int] = set()
+    todo = [start]
+    while todo and len(seen) < limit:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        for code, space in _code_of(obj):
+            codes = [code]
+            while codes:
+                c = codes.pop()
+                codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+                modules = [space] + [vars(v) for v in space.values()
+                                     if isinstance(v, types.ModuleType)
+                                     and v.__name__.startswith("coursekit")]
+                for name in c.co_names:
+                    for module in modules:
+                        found = module.get(name)
+                        if (isinstance(found, (types.FunctionType, type))
+                                and getattr(found, "__module__", "").startswith("coursekit")):
+                            todo.append(found)
+    return seen
+
+
+_COMPUTES: dict[tuple[str, str], bool] = {}
+
+
+def usable_provided(provided: dict[str, str], target: str, suites: dict) -> dict[str, str]:
+    """The provided exercises that exercise ``target``'s cell may use: only those that come
+    before it in the book and whose reference cannot compute it, by what their code calls
+    (``SelfAttention`` calls ``scaled_dot_product_attention``: never provided to 03.1), not by
+    their name. A reference that computes the exercise being graded would earn its points."""
+    if target not in suites:
+        return {}
+    mine = suites[target]
+    usable = {}
+    for local, name in provided.items():
+        if name == target or name not in suites:
+            continue
+        other = suites[name]
+        if book_order(other) >= book_order(mine):
+            continue
+        key = (name, target)
+        if key not in _COMPUTES:
+            _COMPUTES[key] = id(mine.solution) in reachable(other.solution)
+        if not _COMPUTES[key]:
+            usable[local] = name
+    return usable
 
 
 def _withheld_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -63,15 +148,15 @@ def _withheld_import(name, globals=None, locals=None, fromlist=(), level=0):
     return builtins.__import__(name, globals, locals, fromlist, level)
 
 
-def exercise_globals(provided: dict[str, str], suites: dict) -> dict[str, Any]:
-    """A fresh namespace for one exercise cell (in this process): the prelude and the provided
-    exercises, bound to their ``solution``; importing coursekit fails there as in the worker."""
+def exercise_globals(provided: dict[str, str], suites: dict, target: str) -> dict[str, Any]:
+    """A fresh namespace for exercise ``target``'s cell (in this process): the prelude and the
+    provided exercises it may use (:func:`usable_provided`), bound to their ``solution``;
+    importing coursekit fails there as in the worker."""
     namespace: dict[str, Any] = {"__name__": "__submission__",
                                  "__builtins__": {**vars(builtins), "__import__": _withheld_import}}
     exec(PRELUDE, namespace)
-    for local, name in provided.items():
-        if name in suites:
-            namespace[local] = suites[name].solution
+    for local, name in usable_provided(provided, target, suites).items():
+        namespace[local] = suites[name].solution
     return namespace
 
 
@@ -79,7 +164,7 @@ def load_exercise(suite, source: str, provided: dict[str, str], suites: dict) ->
     """Run one exercise cell as the batch grader does; return ``(what it defines, "")`` or
     ``(None, why not)``. The upstream exercises are bound after the cell ran, as the grader's
     worker binds them before each case."""
-    namespace = exercise_globals(provided, suites)
+    namespace = exercise_globals(provided, suites, suite.name)
     try:
         exec(compile(source, f"<exercise {suite.exercise}>", "exec", dont_inherit=True),
              namespace)

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from coursekit.grading.batch import Limits, grade
-from coursekit.grading.report import _atomic_write
+from coursekit.grading.report import _atomic_write, code_span
 
 ROOT = Path(os.environ.get("COURSEKIT_AUTOGRADER_ROOT", "/autograder"))
 
@@ -128,22 +128,30 @@ def run(root: Path = ROOT) -> int:
     extra = source / "extra_cases"
     if os.geteuid() == 0:
         _restrict([source, results, Path(coursekit.__file__).resolve().parent])
-    with tempfile.TemporaryDirectory(prefix="coursekit-gradescope-") as out:
-        batch = grade([submission], out, jobs=1, limits=Limits(**config["limits"]),
-                      chapter=config["chapter"], extra_cases=extra if extra.is_dir() else None,
-                      stream=sys.stderr, hide=[source, results],
-                      concept_points=float(config.get("concept_points", 0.0)))
-    records = batch.records
+    try:
+        with tempfile.TemporaryDirectory(prefix="coursekit-gradescope-") as out:
+            batch = grade([submission], out, jobs=1, limits=Limits(**config["limits"]),
+                          chapter=config["chapter"],
+                          extra_cases=extra if extra.is_dir() else None,
+                          stream=sys.stderr, hide=[source, results],
+                          concept_points=float(config.get("concept_points", 0.0)))
+        records = batch.records
+    except Exception as err:  # noqa: BLE001 (Gradescope must always get a results.json)
+        records = []
+        best = {"score": 0, "output": "The autograder could not grade this submission "
+                                      f"({type(err).__name__}); please tell your instructor.",
+                "output_format": "text", "tests": []}
+    else:
+        best = {"score": 0, "output": "No notebook (.ipynb) or Python file (.py) was found in "
+                                      "your submission.", "tests": []}
     if records:
         best = max(records, key=lambda r: (r["score"], -len(r["extra_data"]["coursekit"]
                                                             ["problems"])))
         if len(records) > 1:
-            graded = ", ".join(r["extra_data"]["coursekit"]["origin"] for r in records)
+            graded = ", ".join(code_span(r["extra_data"]["coursekit"]["origin"])
+                               for r in records)
             best["output"] = (f"Several files were submitted ({graded}); the best one is "
                               f"shown.\n\n" + best["output"])
-    else:
-        best = {"score": 0, "output": "No notebook (.ipynb) or Python file (.py) was found in "
-                                      "your submission.", "tests": []}
     results.mkdir(parents=True, exist_ok=True)
     _atomic_write(results / "results.json", json.dumps(best, indent=1, ensure_ascii=False))
     return 0

@@ -40,6 +40,31 @@ def fenced(text: str) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
+def code_span(text: object) -> str:
+    """Student-influenced text inside a Markdown line, shown as code: nothing in it is read as
+    Markdown or HTML (no heading, image, link or tag), whatever it holds."""
+    text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029]+", " ", str(text))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
+
+
+def plain(text: object) -> str:
+    """Text that may hold a submission's words (a hint quoting its exception), for a Markdown
+    line: on one line, and outside its code spans the characters that start a tag, an entity,
+    an image or a link escaped, so that it shows as written and nothing in it is fetched."""
+    text, parts, last = flat(text), [], 0
+    for match in _SPAN.finditer(text):
+        parts += [re.sub(r"([\\<>\[\]!&])", r"\\\1", text[last:match.start()]), match.group(0)]
+        last = match.end()
+    parts.append(re.sub(r"([\\<>\[\]!&])", r"\\\1", text[last:]))
+    return "".join(parts)
+
+
 def one_line(text: str) -> str:
     """Student-influenced text for a table cell: no line breaks, no cell separators."""
     return re.sub(r"[\x00-\x1f\x7f]+", " ", str(text)).replace("|", "/")
@@ -79,6 +104,9 @@ class SubmissionResult:
     concepts: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     worker_peak_mib: float = 0.0  # peak resident memory of its workers (shared pages included)
+    # the names under the folder or zip the instructor gave, outermost first: where the
+    # learning platform's names are (see lms_identity)
+    lms_path: tuple[str, ...] = ()
 
     @property
     def score(self) -> float:
@@ -95,7 +123,7 @@ def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace", newline="") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -135,6 +163,9 @@ def anonymised(source: str | None) -> str:
     runs squeezed, at most :data:`CODE_LINES` lines. Parsed as tokens only, never run."""
     if not source:
         return ""
+    # only what can be shown is read: the first lines, at most 64 KiB (a pasted output in a
+    # comment must not cost the grader memory)
+    source = "\n".join(source[:64 << 10].splitlines()[:4 * CODE_LINES])
     try:
         kept = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
                 if t.type != tokenize.COMMENT]
@@ -197,6 +228,7 @@ def results_json(result: SubmissionResult) -> dict:
                 "max_score": maxima[i],
                 "status": "passed" if case.earned == case.points else "failed",
                 "output": _case_output(r, i),
+                "output_format": "text",
                 "visibility": "after_published" if i in hidden else "visible",
             })
     for c in result.concepts:
@@ -208,6 +240,7 @@ def results_json(result: SubmissionResult) -> dict:
                 "max_score": c["points"],
                 "status": "passed" if c["right"] else "failed",
                 "output": f"{ {True: '✓', False: '✗', None: '·'}[c['right']]} {c['message']}",
+                "output_format": "text",
                 "visibility": "visible",
             })
     problems = ([f"unreadable: {result.problem}"] if result.problem else []) + [
@@ -225,6 +258,7 @@ def results_json(result: SubmissionResult) -> dict:
         "extra_data": {"coursekit": {
             "submission": result.id,
             "origin": result.origin,
+            "lms_path": list(result.lms_path),
             "sha256": result.sha256,
             "fingerprint": result.fingerprint,
             "chapter": result.chapter,
@@ -252,9 +286,9 @@ def feedback_text(result: SubmissionResult, markdown: bool = True) -> str:
     chapter = f"Chapter {result.chapter}" if result.chapter else "Submission"
     lines = [f"# {chapter} · feedback for {result.id}", "",
              f"**Score: {points(result.score)} / {points(result.max_score)}** "
-             f"(file: `{Path(result.origin).name}`)", ""]
+             f"(file: {code_span(_basename(result.origin))})", ""]
     if result.problem:
-        lines += [f"This submission could not be graded: {result.problem}.", ""]
+        lines += ["This submission could not be graded:", "", fence(flat(result.problem)), ""]
     for r in result.exercises:
         block = format_result(r, result.hidden.get(r.suite.name, set()))
         lines += [f"## Exercise {r.suite.exercise} · {r.suite.name}: "
@@ -270,7 +304,7 @@ def feedback_text(result: SubmissionResult, markdown: bool = True) -> str:
                   fence("\n".join(f"{ {True: '✓', False: '✗', None: '·'}[c['right']]} {c['id']}: "
                                   f"{c['message']}" for c in result.concepts)), ""]
     if result.notes:
-        lines += ["## Notes", "", *(f"- {n}" for n in result.notes), ""]
+        lines += ["## Notes", "", fence("\n".join(f"- {flat(n)}" for n in result.notes)), ""]
     if result.output.strip():
         lines += ["## What your code printed (the start of it)", "", fence(result.output.rstrip()),
                   ""]
@@ -278,6 +312,11 @@ def feedback_text(result: SubmissionResult, markdown: bool = True) -> str:
         lines += ["---", f"Graded by `coursekit grade` in a sandboxed worker "
                          f"(isolation {result.isolation['summary']})."]
     return "\n".join(lines) + "\n"
+
+
+def _basename(origin: str) -> str:
+    """The file's own name from an origin such as ``dir/export.zip:folder/03_x.ipynb``."""
+    return re.split(r"[/\\:]", origin)[-1] or origin
 
 
 def write_submission(out: Path, result: SubmissionResult) -> dict:
@@ -468,16 +507,18 @@ def summary_text(records: list[dict], isolation: dict | None, seconds: float | N
             n = len(ex.scores)
             lines += [f"### {ex.key} {ex.name} · what went wrong", ""]
             for f in ex.wrong:
-                lines += [f"- **{f.count} of {n}: {flat(f.label)}.** {flat(f.hint)}"]
+                label = (code_span(f.label) if f.label.startswith("did not run:")
+                         else plain(f.label))
+                lines += [f"- **{f.count} of {n}: {label}.** {plain(f.hint)}"]
                 if f.example:
-                    lines += [f"  Example (one submission, anonymised): {flat(f.example)}"]
+                    lines += [f"  Example (one submission, anonymised): {code_span(f.example)}"]
                 if f.code:
                     lines += ["", *("  " + line for line in
                                     fenced(f.code).replace("```text", "```python")
                                     .splitlines()), ""]
             if ex.exceptions:
                 lines += ["Exceptions, by type: " + "; ".join(
-                    f"{f.label} in {f.count} of {n}" + (f" (e.g. {flat(f.example)})"
+                    f"{plain(f.label)} in {f.count} of {n}" + (f" (e.g. {code_span(f.example)})"
                                                         if f.example else "")
                     for f in ex.exceptions) + "."]
             lines.append("")
@@ -491,8 +532,8 @@ def summary_text(records: list[dict], isolation: dict | None, seconds: float | N
         for qid in sorted(asked):
             rows = asked[qid]
             wrong = Counter(c["given"] for c in rows if c["right"] is False)
-            common = (f"`{wrong.most_common(1)[0][0]}` ({wrong.most_common(1)[0][1]})"
-                      if wrong else "")
+            common = (f"{code_span(one_line(wrong.most_common(1)[0][0]))} "
+                      f"({wrong.most_common(1)[0][1]})" if wrong else "")
             lines.append(f"| {qid} | {sum(c['right'] is not None for c in rows)} of {len(rows)} | "
                          f"{sum(bool(c['right']) for c in rows)} | {common} |")
         lines.append("")
@@ -501,8 +542,9 @@ def summary_text(records: list[dict], isolation: dict | None, seconds: float | N
         lines += ["## Submissions to look at", "", "| submission | score | problem |",
                   "|---|---:|---|"]
         for r, what in troubled:
-            lines.append(f"| {meta(r)['submission']} | {points(r['score'])} / "
-                         f"{points(r['max_score'])} | {one_line(what)} |")
+            lines.append(f"| {code_span(one_line(meta(r)['submission']))} | "
+                         f"{points(r['score'])} / {points(r['max_score'])} | "
+                         f"{code_span(one_line(what))} |")
         lines.append("")
     if isolation:
         lines += [f"Isolation: {isolation['summary']}. Limits: {isolation['limits']}.", "",
@@ -634,39 +676,57 @@ _CANVAS = re.compile(r"^(?P<name>[^_/]+?)(?:_LATE)?_(?P<id>\d+)_\d+_.+$")
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_[a-z]+_?")
 
 
-def lms_identity(origin: str, lms: str) -> tuple[str, str] | None:
-    """(name, id) of the student a submission belongs to, from the file names the LMS's bulk
-    download gives (the file, the zip member, or a folder above it); None when not named so."""
-    parts = [p for p in re.split(r"[/\\:]", origin) if p]
+def lms_identity(origin: str | dict, lms: str) -> tuple[str, str] | None:
+    """(name, id) of the student a submission belongs to, from the names the LMS's bulk download
+    gives, or None when it is not named so. ``origin`` is a results record (its ``lms_path``:
+    the names under the folder or zip the instructor gave, outermost first) or an origin string.
+
+    The OUTERMOST name that matches decides: the platform names the file or folder it received
+    from a student, and anything inside it (a zip member, a file in that student's folder) was
+    named by the student, who could name it after someone else.
+    """
+    if isinstance(origin, dict):
+        data = meta(origin)
+        parts = data.get("lms_path") or [p for p in re.split(r"[/\\:]", data["origin"]) if p]
+    else:
+        parts = [p for p in re.split(r"[/\\:]", origin) if p]
     pattern = _CANVAS if lms == "canvas" else _MOODLE
-    for part in reversed(parts):
-        match = pattern.match(part)
+    for part in parts:
+        match = pattern.match(str(part))
         if match:
             return match.group("name").strip(), match.group("id")
     return None
 
 
-def lms_csv(records: list[dict], lms: str, assignment: str | None = None
-            ) -> tuple[str, list[str]]:
-    """The class's grades in the import format of ``lms`` and the submissions it could not name.
+def lms_csv(records: list[dict], lms: str, assignment: str | None = None,
+            chapter: str | None = None) -> tuple[str, list[str]]:
+    """The class's grades in the import format of ``lms`` and the submissions it leaves out
+    (not named by the platform's download, or, for Moodle, of another chapter).
 
     Canvas (Grades › Import): ``Student, ID, SIS User ID, SIS Login ID, Section``, then one
     column per chapter graded (``assignment`` or "Chapter NN", matched by title), a "Points
     Possible" row first; ID is the Canvas user id. Moodle (the assignment's "Upload grading
     worksheet"): ``Identifier`` ("Participant N"), ``Full name``, ``Grade``, ``Maximum Grade``,
-    ``Last modified (grade)``, ``Feedback comments``; one assignment, so a student's chapters
-    are added up. A student with several submissions of one chapter keeps the best.
+    ``Last modified (grade)``, ``Feedback comments``: ONE assignment, so one chapter (``chapter``,
+    else the one most submissions were graded as); a submission of another chapter is left out,
+    never added. A student with several submissions of one chapter keeps the best.
     """
     if lms not in LMS:
         raise ValueError(f"--lms must be one of {', '.join(LMS)}, not {lms!r}")
-    best: dict[tuple[str, str], dict] = {}
-    names: dict[str, str] = {}
-    unnamed = []
+    named, unnamed = [], []
     for r in records:
-        who = lms_identity(meta(r)["origin"], lms)
+        who = lms_identity(r, lms)
         if who is None:
             unnamed.append(meta(r)["submission"])
-            continue
+        else:
+            named.append((who, r))
+    if lms == "moodle" and named:
+        chapter = chapter or Counter(meta(r)["chapter"] or "?" for _, r in named).most_common(1)[0][0]
+        unnamed += [meta(r)["submission"] for _, r in named if (meta(r)["chapter"] or "?") != chapter]
+        named = [(who, r) for who, r in named if (meta(r)["chapter"] or "?") == chapter]
+    best: dict[tuple[str, str], dict] = {}
+    names: dict[str, str] = {}
+    for who, r in named:
         names.setdefault(who[1], who[0])
         key = (who[1], meta(r)["chapter"] or "?")
         if key not in best or r["score"] > best[key]["score"]:
@@ -689,34 +749,43 @@ def lms_csv(records: list[dict], lms: str, assignment: str | None = None
         writer.writerow(["Identifier", "Full name", "Grade", "Maximum Grade",
                          "Last modified (grade)", "Feedback comments"])
         for sid in students:
-            mine = [best[(sid, c)] for c in chapters if (sid, c) in best]
+            (mine,) = [best[(sid, c)] for c in chapters if (sid, c) in best]
             feedback = "; ".join(
                 f"{k} {v['name']} {points(v['score'])}/{points(v['max_score'])}"
-                for r in mine for k, v in sorted(meta(r)["exercises"].items()))
-            writer.writerow([f"Participant {sid}", _csv_cell(names[sid]),
-                             round(sum(r["score"] for r in mine), PRECISION),
-                             round(sum(maxima[c] for c in chapters), PRECISION), stamp,
-                             _csv_cell(feedback)])
+                for k, v in sorted(meta(mine)["exercises"].items()))
+            writer.writerow([f"Participant {sid}", _csv_cell(names[sid]), mine["score"],
+                             maxima[chapters[0]], stamp, _csv_cell(feedback)])
     return buffer.getvalue(), unnamed
+
+
+def _by_id(records: list[dict], submission: str) -> dict:
+    return next(r for r in records if meta(r)["submission"] == submission)
 
 
 def write_class(out: Path, records: list[dict], isolation: dict | None,
                 seconds: float | None = None, jobs: int | None = None, *, html: bool = True,
-                lms: str | None = None, assignment: str | None = None) -> str:
+                lms: str | None = None, assignment: str | None = None,
+                chapter: str | None = None) -> str:
     """Write ``grades.csv``, ``summary.md`` and (``html``) ``summary.html``; with ``lms``,
     also ``grades-<lms>.csv`` in that LMS's import format. Returns the summary."""
     isolation = isolation or next((meta(r)["isolation"] for r in records
                                    if meta(r).get("isolation")), None)
     note = ""
     if lms and records:
-        table, unnamed = lms_csv(records, lms, assignment)
+        table, left_out = lms_csv(records, lms, assignment, chapter)
         _atomic_write(Path(out) / f"grades-{lms}.csv", table)
+        unnamed = [m for m in left_out if lms_identity(_by_id(records, m), lms) is None]
+        other = [m for m in left_out if m not in unnamed]
         note = (f"grades-{lms}.csv: the grades in {lms.capitalize()}'s import format, "
                 f"{len(records) - len(unnamed)} of {len(records)} submission(s) named by "
                 f"{lms.capitalize()}'s download." + (
                     f" Not named like one, so not in it: {', '.join(unnamed[:10])}"
                     + (f" and {len(unnamed) - 10} more" if len(unnamed) > 10 else "") + "."
-                    if unnamed else ""))
+                    if unnamed else "") + (
+                    f" A Moodle worksheet is one assignment, so one chapter: {len(other)} "
+                    f"submission(s) graded as another chapter are not in it "
+                    f"({', '.join(other[:10])}" + (" ..." if len(other) > 10 else "") + ")."
+                    if other else ""))
     summary = summary_text(records, isolation, seconds, jobs, note)
     if records:
         _atomic_write(Path(out) / "grades.csv", class_csv(records))

@@ -431,7 +431,12 @@ class Harness:
     def op_exec(self, message: dict, blobs: list) -> None:
         """Run a cell: in the namespace of its exercise (``space``), made fresh, or else in the
         shared one."""
-        code = compile(message["source"], message["filename"], "exec", dont_inherit=True)
+        source = message.get("source")
+        if source is None:  # the grader sends the cell's source as the frame's one blob
+            if len(blobs) != 1:
+                raise protocol.ProtocolError("an exec request carries its source as one blob")
+            source = bytes(blobs[0]).decode("utf-8", "surrogatepass")
+        code = compile(source, message["filename"], "exec", dont_inherit=True)
         space = message.get("space")
         if isinstance(space, str):
             namespace = self.spaces[space] = self.fresh_namespace(message.get("provided", {}))

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from coursekit.grading import protocol
+from coursekit.grading.cells import usable_provided
 from coursekit.grading.submissions import ExerciseCode
 from coursekit.grading.suite import (
     Attempt,
@@ -49,6 +50,27 @@ from coursekit.grading.worker_pool import (
 
 UID_BASE = 64000  # worker slot k runs as uid UID_BASE + k when the grader is root
 MAX_UPSTREAM_CALLS = 10_000  # per case
+# Reference modules the grader builds for one case of one submission (an upstream class the
+# exercise instantiates): at most this many, holding at most this many numbers together
+# (2^22 float32 numbers: 16 MiB), so a submission cannot make the grader's process grow.
+MAX_INSTANCES = 64
+MAX_INSTANCE_NUMBERS = 1 << 22
+
+
+def _size_on_meta(cls: type, args: tuple, kwargs: dict) -> int | None:
+    """How many numbers an instance would hold, built on the meta device (no memory); None when
+    it cannot be built there (then it is built for real and measured)."""
+    try:
+        with torch.device("meta"):
+            module = cls(*args, **kwargs)
+        return sum(t.numel() for t in module.state_dict().values())
+    except Exception:  # noqa: BLE001 (a reference that needs real tensors to be built)
+        return None
+
+
+def _too_large(size: int) -> str:
+    return (f"the reference would hold {size:,} numbers; the grader builds references of at "
+            f"most {MAX_INSTANCE_NUMBERS:,} numbers in all per case")
 
 
 class TimeUp(Exception):
@@ -272,6 +294,7 @@ class Session:
         self.allowed: dict[str, Suite] = {}
         self.bounds: Bounds | None = None
         self.instances: dict[int, torch.nn.Module] = {}
+        self.instance_numbers = 0  # parameters and buffers of the instances above
         self.upstream_calls = 0
         self.peak_kib = 0
 
@@ -317,7 +340,7 @@ class Session:
             for name, code in list(self.loaded):
                 try:
                     reply, _ = self.exchange(self._exec_message(name, code),
-                                             self._step_timeout())
+                                             self._step_timeout(), [_source_blob(code)])
                 except WorkerLost as lost:
                     self._lost(lost)
                     self.loaded.remove((name, code))
@@ -333,9 +356,8 @@ class Session:
         exercise itself: a cell that does not define it must not get the reference)."""
         kinds = {local: [ex, "class" if inspect.isclass(self.ctx.suites[ex].solution)
                          else "function"]
-                 for local, ex in self.provided.items() if ex != name}
-        return {"op": "exec", "source": code.source, "filename": code.filename, "space": name,
-                "provided": kinds}
+                 for local, ex in usable_provided(self.provided, name, self.ctx.suites).items()}
+        return {"op": "exec", "filename": code.filename, "space": name, "provided": kinds}
 
     def close(self) -> None:
         self._retire()
@@ -466,9 +488,17 @@ class Session:
                 if kind == "call":
                     value = suite.solution(*args, **kwargs)
                 elif kind == "new":
-                    if len(self.instances) >= 64:
+                    if len(self.instances) >= MAX_INSTANCES:
                         return refuse("RuntimeError", "too many instances in one case")
+                    size = _size_on_meta(suite.solution, args, kwargs)
+                    if size is not None and size + self.instance_numbers > MAX_INSTANCE_NUMBERS:
+                        return refuse("MemoryError", _too_large(size))
                     module = suite.solution(*args, **kwargs)
+                    size = sum(t.numel() for t in module.state_dict().values())
+                    if size + self.instance_numbers > MAX_INSTANCE_NUMBERS:
+                        del module
+                        return refuse("MemoryError", _too_large(size))
+                    self.instance_numbers += size
                     key = len(self.instances)
                     self.instances[key] = module
                     params = {n: p.detach() for n, p in module.named_parameters()}
@@ -562,7 +592,8 @@ class Session:
         for name, code in codes:
             try:
                 self.ensure()
-                reply, _ = self.exchange(self._exec_message(name, code), self._step_timeout())
+                reply, _ = self.exchange(self._exec_message(name, code), self._step_timeout(),
+                                         [_source_blob(code)])
             except TimeUp:
                 self.load_errors[name] = (f"not run: the submission used up its time limit "
                                           f"({self.ctx.limits.timeout:g} s)")
@@ -594,9 +625,11 @@ class Session:
     def run_case(self, suite: Suite, index: int) -> Attempt:
         """The submission's outputs for one case, or why there are none, and the arguments it
         modified in place (written back from the worker, compared here)."""
-        names = [*suite.upstream, *(ex for ex in self.provided.values() if ex != suite.name)]
+        names = [*suite.upstream,
+                 *usable_provided(self.provided, suite.name, self.ctx.suites).values()]
         self.allowed = {u: self.ctx.suites[u] for u in names if u in self.ctx.suites}
         self.instances = {}
+        self.instance_numbers = 0
         self.upstream_calls = 0
         args = None
         try:
@@ -653,6 +686,12 @@ def _mirror(mine: Any, theirs: Any, depth: int = 0) -> None:
             elif key not in mine or not isinstance(m, torch.Tensor) and (
                     type(m) is not type(t) or m != t):
                 mine[key] = t
+
+
+def _source_blob(code: ExerciseCode) -> bytes:
+    """A cell's source travels as a blob, not in the message's JSON header: an honest cell may
+    be large (pasted output in a comment), and the header is capped at a MiB."""
+    return code.source.encode("utf-8", "surrogatepass")
 
 
 def _error_text(reply: dict) -> str:

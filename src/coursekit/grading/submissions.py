@@ -10,6 +10,7 @@ shown to the student. Student Python is parsed (``ast``), never compiled or run,
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
@@ -26,6 +27,7 @@ MAX_ZIP_MEMBERS = 10_000
 MAX_ZIP_TOTAL = 1 << 30  # bytes, all members together
 MAX_RATIO = 100  # uncompressed / compressed, beyond which a large member is a zip bomb
 MAX_SOURCE = 1 << 20  # characters of one cell that the grader will analyse
+MAX_NESTING = 2  # zips inside zips: a student's archive inside the platform's export, and one more
 SUFFIXES = (".ipynb", ".py")
 
 
@@ -40,25 +42,42 @@ class SubmissionError(Exception):
 
 @dataclass
 class Submission:
-    """One file to grade. ``id`` names its results folder; ``read`` returns its bytes."""
+    """One file to grade. ``id`` names its results folder; ``read`` returns its bytes.
+    ``lms_path``: the names under the folder or zip the instructor gave, outermost first (the
+    learning platform's own names come first; the student's own names inside them later)."""
 
     id: str
     origin: str
     filename: str
     read: Callable[[], bytes]
     problem: str | None = None  # refused before reading (e.g. a zip bomb)
+    lms_path: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- discovery
 
+# Names that a submission's results folder may not take: its own files (``a.ipynb`` and
+# ``a/results.json.ipynb`` would otherwise both write ``a/results.json``).
+RESULT_FILES = {"results.json", "feedback.md"}
+
 
 def _clean(part: str) -> str:
     part = re.sub(r"[^A-Za-z0-9._@+-]", "_", part)[:100].lstrip(".")
-    return part or "_"
+    part = part or "_"
+    return part + "_" if part in RESULT_FILES else part
 
 
 def _ident(parts: Iterable[str]) -> str:
-    return "/".join(_clean(p) for p in parts)
+    parts = [_clean(p) for p in parts]
+    # a folder named like a class file (grades.csv/...) would collide with it
+    parts = [p + "_" if p in RESERVED and i < len(parts) - 1 else p for i, p in enumerate(parts)]
+    return "/".join(parts)
+
+
+def display(name: str) -> str:
+    """A file or member name as text: a name that is not UTF-8 (what ``unzip`` leaves from an
+    export written without the UTF-8 flag) has its undecodable bytes replaced."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _read_file(path: Path) -> bytes:
@@ -72,10 +91,15 @@ def _read_file(path: Path) -> bytes:
     return data
 
 
-def _read_member(archive: Path, info: zipfile.ZipInfo) -> bytes:
+Opener = Callable[[], "str | Path | io.BytesIO"]
+
+
+def _read_member(opener: Opener, info: zipfile.ZipInfo) -> bytes:
     try:
-        with zipfile.ZipFile(archive) as zf, zf.open(info) as member:
+        with zipfile.ZipFile(opener()) as zf, zf.open(info) as member:
             data = member.read(MAX_FILE + 1)
+    except SubmissionError:
+        raise
     except Exception as err:  # corrupt, encrypted, unsupported compression ...
         raise SubmissionError(f"the zip member could not be unpacked ({type(err).__name__}: "
                               f"{err})") from None
@@ -92,23 +116,38 @@ def _is(is_submission: Callable[[bytes], bool], path: Path) -> bool:
         return True  # unreadable: report it rather than skip it
 
 
-def _zip_entries(archive: Path, prefix: tuple[str, ...], origin: str,
-                 is_submission: Callable[[bytes], bool]) -> list[Submission]:
+def _nested(opener: Opener, info: zipfile.ZipInfo) -> Opener:
+    """Open a zip that is a member of another, in memory, each time it is needed (nothing is
+    kept between reads, nothing written to disk)."""
+    return lambda: io.BytesIO(_read_member(opener, info))
+
+
+def _zip_entries(archive: Path | Opener, prefix: tuple[str, ...], origin: str,
+                 is_submission: Callable[[bytes], bool], lms: tuple[str, ...] = (),
+                 depth: int = 0) -> list[Submission]:
+    """The submissions in a zip (``archive``: its path, or an opener for a zip inside a zip);
+    a zip inside it is opened in turn, up to :data:`MAX_NESTING` levels."""
+    opener: Opener = archive if callable(archive) else (lambda: archive)
+    name = prefix[-1] if prefix else "archive"
     try:
-        with zipfile.ZipFile(archive) as zf:
+        with zipfile.ZipFile(opener()) as zf:
             infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError) as err:
-        return [Submission(_ident(prefix), origin, archive.name, lambda: b"",
-                           f"not a readable zip file ({err})")]
+    except SubmissionError as err:
+        return [Submission(_ident(prefix), origin, display(name), lambda: b"", str(err), lms)]
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:
+        return [Submission(_ident(prefix), origin, display(name), lambda: b"",
+                           f"not a readable zip file ({err})", lms)]
     if len(infos) > MAX_ZIP_MEMBERS:
-        return [Submission(_ident(prefix), origin, archive.name, lambda: b"",
-                           f"the zip holds {len(infos)} files (limit {MAX_ZIP_MEMBERS})")]
+        return [Submission(_ident(prefix), origin, display(name), lambda: b"",
+                           f"the zip holds {len(infos)} files (limit {MAX_ZIP_MEMBERS})", lms)]
     found, total = [], 0
     for info in infos:
-        parts = PurePosixPath(info.filename.replace("\\", "/")).parts
+        member = display(info.filename)
+        parts = PurePosixPath(member.replace("\\", "/")).parts
         parts = tuple(p for p in parts if p not in ("", "/", ".."))
+        is_zip = bool(parts) and parts[-1].lower().endswith(".zip")
         if (info.is_dir() or not parts or any(p.startswith((".", "__MACOSX")) for p in parts)
-                or not parts[-1].endswith(SUFFIXES)):
+                or not (parts[-1].endswith(SUFFIXES) or is_zip)):
             continue
         total += info.file_size
         problem = None
@@ -121,15 +160,24 @@ def _zip_entries(archive: Path, prefix: tuple[str, ...], origin: str,
         elif total > MAX_ZIP_TOTAL:
             problem = (f"the zip unpacks to more than {MAX_ZIP_TOTAL >> 30} GiB in total: refused "
                        "as a possible zip bomb")
+        elif is_zip and depth >= MAX_NESTING:
+            problem = (f"a zip inside a zip inside a zip ({MAX_NESTING + 1} levels): not opened; "
+                       "submit the notebook itself")
+        elif is_zip:
+            stem = (*parts[:-1], parts[-1][:-4])
+            found += _zip_entries(_nested(opener, info), prefix + stem,
+                                  f"{origin}:{member}", is_submission, lms + parts, depth + 1)
+            continue
         elif parts[-1].endswith(".py"):
             try:
-                if not is_submission(_read_member(archive, info)):
+                if not is_submission(_read_member(opener, info)):
                     continue
             except SubmissionError as err:
                 problem = str(err)
         stem = (*parts[:-1], parts[-1].rsplit(".", 1)[0])
-        found.append(Submission(_ident(prefix + stem), f"{origin}:{info.filename}", parts[-1],
-                                lambda info=info: _read_member(archive, info), problem))
+        found.append(Submission(_ident(prefix + stem), f"{origin}:{member}", parts[-1],
+                                lambda info=info: _read_member(opener, info), problem,
+                                lms + parts))
     return found
 
 
@@ -150,15 +198,16 @@ def discover(paths: Iterable[Path], exclude: Iterable[Path] = (),
     exclude = [Path(p).resolve() for p in exclude]
     found: list[Submission] = []
     for path in map(Path, paths):
+        origin, name = display(str(path)), display(path.name)
         if not path.exists():
-            found.append(Submission(_ident([path.stem]), str(path), path.name, lambda: b"",
-                                    "the path does not exist"))
+            found.append(Submission(_ident([path.stem]), origin, name, lambda: b"",
+                                    "the path does not exist", (name,)))
         elif path.is_file():
-            if path.suffix == ".zip":
-                found += _zip_entries(path, (path.stem,), str(path), is_submission)
+            if path.suffix.lower() == ".zip":
+                found += _zip_entries(path, (path.stem,), origin, is_submission)
             else:
-                found.append(Submission(_ident([path.stem]), str(path), path.name,
-                                        lambda p=path: _read_file(p)))
+                found.append(Submission(_ident([path.stem]), origin, name,
+                                        lambda p=path: _read_file(p), None, (name,)))
         else:
             found += _walk(path, exclude, is_submission)
     return _unique(found)
@@ -176,11 +225,13 @@ def _walk(root: Path, exclude: list[Path], is_submission: Callable[[bytes], bool
             if name.startswith(".") or path.is_symlink():
                 continue
             rel = path.relative_to(root).parts
-            if name.endswith(".zip"):
-                found += _zip_entries(path, (*rel[:-1], path.stem), str(path), is_submission)
+            lms = tuple(display(p) for p in rel)
+            if name.lower().endswith(".zip"):
+                found += _zip_entries(path, (*rel[:-1], path.stem), display(str(path)),
+                                      is_submission, lms)
             elif name.endswith(".ipynb") or (name.endswith(".py") and _is(is_submission, path)):
-                found.append(Submission(_ident((*rel[:-1], path.stem)), str(path), name,
-                                        lambda p=path: _read_file(p)))
+                found.append(Submission(_ident((*rel[:-1], path.stem)), display(str(path)),
+                                        display(name), lambda p=path: _read_file(p), None, lms))
     return found
 
 
