@@ -308,3 +308,38 @@ def test_moodle_never_sums_chapters():
     assert left_out == [f"{folder}/01_rnn_recap.ipynb"]
     table, _ = report.lms_csv(records, "moodle", chapter="01")
     assert [r.split(",")[2:4] for r in table.splitlines()[1:]] == [["5", "5"]]
+
+
+def test_reading_a_large_notebook_costs_the_grader_a_bounded_amount():
+    """What the grader does with a submission in its own process (parse it, read its concept
+    answers, find its exercises and provided imports, anonymise its code for the class report)
+    costs a few times the file's size, however dense the code: syntax trees are built only for
+    cells of at most 64 KiB of code, the report reads the first 16 KiB."""
+    import tracemalloc
+
+    from coursekit.concepts import grade_sources
+    from coursekit.grading.cells import provided_names
+    from coursekit.grading.report import anonymised
+    from coursekit.grading.submissions import parse, plan
+
+    dense = "    y = [" + ",".join(["x"] * 120_000) + "]\n"
+    nb = new_notebook(cells=[
+        concepts_cell("[" + ",".join(["1"] * 600_000) + "]"),
+        cell("def rnn_cell(x, h, W_ih, W_hh, b_ih, b_hh):\n" + dense * 4, "01.1"),
+        cell(LSTM, "01.2"), new_code_cell("from coursekit.attention import masked_softmax\n"
+                                          + "z = 1\n" * 200_000)])
+    data = nbformat.writes(nb).encode()
+    assert len(data) > 4 << 20
+    tracemalloc.start()
+    try:
+        parsed = parse(data, "01_rnn_recap.ipynb")
+        sources = [c.source for c in parsed.cells]
+        _, notes = grade_sources(sources, ["01.C2"], 1.0)
+        codes, missing = plan(parsed, [("01.1", "rnn_cell"), ("01.2", "lstm_cell")])
+        assert provided_names(sources, SUITES) == {"masked_softmax": "masked_softmax"}
+        assert anonymised(codes["rnn_cell"].source).startswith("def rnn_cell")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert notes and not missing
+    assert peak < 8 * len(data), f"{peak / 2**20:.0f} MiB for a {len(data) / 2**20:.1f} MiB file"

@@ -27,6 +27,7 @@ MAX_ZIP_MEMBERS = 10_000
 MAX_ZIP_TOTAL = 1 << 30  # bytes, all members together
 MAX_RATIO = 100  # uncompressed / compressed, beyond which a large member is a zip bomb
 MAX_SOURCE = 1 << 20  # characters of one cell that the grader will analyse
+MAX_CODE = 64 << 10  # of which characters outside comment lines
 MAX_NESTING = 2  # zips inside zips: a student's archive inside the platform's export, and one more
 SUFFIXES = (".ipynb", ".py")
 
@@ -371,7 +372,12 @@ def _parse_py(text: str) -> Parsed:
 
 
 def _tree(source: str) -> ast.Module | None:
-    if len(source) > MAX_SOURCE:
+    """The cell's syntax tree, or None when it does not parse or holds more code than the
+    grader analyses (comment lines do not count: pasted output in a comment is harmless, while
+    a syntax tree costs about 400 bytes a character of dense code)."""
+    if len(source) > MAX_SOURCE or sum(
+            len(line) for line in source.splitlines()
+            if not line.lstrip().startswith("#")) > MAX_CODE:
         return None
     try:
         with PARSING:
