@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,13 @@ from coursekit import validate
 def test_parse_seeds():
     assert validate.parse_seeds("0-4") == [0, 1, 2, 3, 4]
     assert validate.parse_seeds("0,2, 5-6") == [0, 2, 5, 6]
+    fresh = validate.parse_seeds("random:10", random.Random(7))
+    assert len(set(fresh)) == 10 and min(fresh) >= validate.FRESH, "fresh draws, never tuning seeds"
+    assert fresh == validate.parse_seeds("random:10", random.Random(7)), "a draw can be re-run"
+    assert validate.parse_seeds("0-1,random:2", random.Random(1))[:2] == [0, 1]
+    for bad in ("random:0", "random:x"):
+        with pytest.raises(ValueError):
+            validate.parse_seeds(bad)
     with pytest.raises(ValueError, match="--seeds"):
         validate.parse_seeds("a-b")
 

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import re
 import subprocess
 import sys
@@ -60,15 +61,28 @@ class Run:
         return self.cells_failed == 0 and self.cells_passed > 0
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"0,2"`` -> [0, 2]."""
+FRESH = 1000  # fresh draws start here: thresholds are tuned on seeds below it
+
+
+def parse_seeds(text: str, rng: random.Random | None = None) -> list[int]:
+    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"0,2"`` -> [0, 2]; ``"random:10"`` -> ten fresh seeds,
+    drawn at random from 1000 up (never the tuning seeds below 1000), to be printed so that a
+    failure can be re-run; parts combine (``"0-9,random:10"``)."""
     seeds: list[int] = []
     for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
+        part = part.strip()
+        if part.startswith("random:"):
+            count = part.split(":", 1)[1]
+            if not count.isdigit() or not 0 < int(count) <= 1000:
+                raise ValueError(f"--seeds {text!r}: random:N takes N between 1 and 1000")
+            draw = (rng or random.SystemRandom()).sample(range(FRESH, FRESH + 10**6), int(count))
+            seeds.extend(sorted(draw))
+            continue
+        lo, _, hi = part.partition("-")
         if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError(f"--seeds {text!r}: expected e.g. 0-4 or 0,2,3")
+            raise ValueError(f"--seeds {text!r}: expected e.g. 0-4, 0,2,3 or random:10")
         seeds.extend(range(int(lo), int(hi or lo) + 1))
-    return seeds
+    return list(dict.fromkeys(seeds))
 
 
 def device_description() -> tuple[str, str]:
@@ -271,7 +285,8 @@ def margins_markdown(table: list[dict], profile: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=["quick", "full"], default="quick")
     parser.add_argument("--seeds", default="0", help="draws of every seeded experiment, e.g. 0-4 "
-                        "(COURSEKIT_SEED; 0 is the book's own run)")
+                        "(COURSEKIT_SEED; 0 is the book's own run), or random:10 for ten fresh "
+                        "draws from 1000 up (printed, to re-run a failure)")
     parser.add_argument("--edition", choices=["both", *EDITIONS], default="both")
     parser.add_argument("--only", nargs="*", metavar="NN", help="chapter prefixes, e.g. 02b 07")
     parser.add_argument("--cell-timeout", type=int, default=None,
