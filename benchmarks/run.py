@@ -2,7 +2,9 @@
 
 Prints a table per part and writes all figures as JSON (``--out``, default
 ``benchmarks/results.json``), with the machine they were measured on; with ``--only``, the
-other parts' figures already in the file are kept. Parts:
+other parts' figures already in the file are kept, and ``measured`` records each part's own
+machine, library versions and date. ``python benchmarks/pages.py`` writes the book's Performance
+page from the file. Parts:
 
 - ``attention``: forward+backward time ratios of coursekit's attention paths to PyTorch's;
 - ``memory``: peak memory of explicit, chunked and fused attention against sequence length;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -39,6 +42,9 @@ PARTS = ("attention", "memory", "generation", "models", "chapters", "grading")
 MODELS = sorted(p.stem for p in HERE.glob("models_*.py"))  # one module per model family
 
 
+LIBRARIES = ("numpy", "transformers", "peft", "bitsandbytes")  # what the figures also depend on
+
+
 def machine() -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "torch": torch.__version__, "cpus": os.cpu_count(),
@@ -46,6 +52,13 @@ def machine() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
+    libraries = {}
+    for name in LIBRARIES:
+        try:
+            libraries[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    info["libraries"] = libraries
     return info
 
 
@@ -75,8 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     # a partial run (--only) updates its parts and keeps the others' latest figures
     results: dict = json.loads(out.read_text()) if out.exists() and len(args.only) < len(PARTS) else {}
     results["machine"] = machine()
+    # each part's own machine and date: a partial run (--only) keeps the other parts' records
+    measured = results.setdefault("measured", {})
 
-    def save() -> None:  # after every part: a run stopped half-way keeps what it measured
+    def save(part: str | None = None) -> None:  # after every part: a run stopped half-way keeps
+        if part is not None:                   # what it measured
+            measured[part] = results["machine"]
         out.write_text(json.dumps(results, indent=1))
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -84,16 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## attention, forward + backward (ratio > 1: coursekit is slower)")
         results["attention"] = attention.measure(device=device)
         attention.print_table(results["attention"])
-        save()
+        save("attention")
     if "memory" in args.only:
         print("\n## peak memory of one forward pass (B = H = 1, d = 64, chunk 256)")
         results["memory"] = run_memory()
-        save()
+        save("memory")
     if "generation" in args.only:
         print("\n## greedy generation, 4-layer d=128 model, 16-token prompt")
         results["generation"] = decoding.measure(device=device)
         decoding.print_table(results["generation"])
-        save()
+        save("generation")
     if "models" in args.only:
         results["models"] = {}
         for name in MODELS:
@@ -102,17 +119,17 @@ def main(argv: list[str] | None = None) -> int:
                   "(ratio > 1: coursekit is slower)")
             results["models"][name] = module.measure(device=device)
             module.print_table(results["models"][name])
-            save()
+            save("models")
     if "chapters" in args.only:
         print("\n## chapter execution times")
         results["chapters"] = chapters.measure("quick")
         if torch.cuda.is_available():
             results["chapters"] += chapters.measure("full")
-        save()
+        save("chapters")
     if "grading" in args.only:
         print("\n## grading 100 submissions")
         results["grading"] = run_grading()
-        save()
+        save("grading")
     save()  # the machine, when no part ran
     print(f"\nwrote {out}")
     return 0

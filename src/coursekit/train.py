@@ -47,7 +47,7 @@ def bars_off() -> bool:
     cell's messages only once the cell has finished, and messages that overflow the queue between
     them are lost. A full-profile cell of 44 trainings sent thousands of widget messages, its last
     one (the kernel's "idle") never reached nbval, and nbval failed the cell after its code had
-    run; with the bars off it passes (book/gpu-validation.md, 2026-11-28). A cell of 800 trainings
+    run; with the bars off it passes (benchmarks/HISTORY.md, 2026-11-28, night). A cell of 800 trainings
     shows the same loss (tests/test_validate.py)."""
     return os.environ.get("TQDM_DISABLE", "").strip().lower() in {"1", "true", "yes"}
 

@@ -1,0 +1,96 @@
+"""The Performance page is written from the benchmarks' JSON (`python benchmarks/pages.py`): the
+committed page must be exactly what the committed JSON gives, so no figure on it can drift."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("benchmark_pages", ROOT / "benchmarks" / "pages.py")
+pages = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pages)
+
+RESULTS = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+URL = "https://example.org/blob/main/benchmarks/HISTORY.md"
+
+
+def test_the_committed_page_is_what_the_committed_json_gives():
+    assert pages.PAGE.read_text(encoding="utf-8") == pages.page_text(), (
+        "book/performance.md differs from what benchmarks/results*.json give: run "
+        "`python benchmarks/pages.py` (never edit the page by hand)")
+    assert pages.main(["--check"]) == 0
+
+
+def test_the_page_says_where_each_table_comes_from_and_links_the_maintainers_record():
+    text = pages.PAGE.read_text(encoding="utf-8")
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"]
+    assert f"({repo}/blob/" in text and "benchmarks/HISTORY.md" in text
+    assert (ROOT / "benchmarks" / "HISTORY.md").exists()
+    for part in ("attention", "memory", "generation", "models", "chapters", "grading"):
+        assert f"`python benchmarks/run.py --only {part}`" in text
+        machine = RESULTS["measured"][part]
+        assert f"*Measured on {machine['date']}, CPU: {machine['cpus']} cores" in text
+    assert text.count("*Measured on") == 6
+
+
+def test_without_json_the_page_has_no_figure_at_all():
+    """Every figure comes from the JSON: the page's own words carry none."""
+    text = pages.render([], URL)
+    assert not re.findall(r"\d", text), re.findall(r".{20}\d.{20}", text)
+    assert "No current GPU figures" in text
+
+
+def test_a_figure_changed_in_the_json_changes_on_the_page():
+    results = copy.deepcopy(RESULTS)
+    results["attention"][0]["explicit / F.sdpa"] = 9.87654
+    results["generation"][-1]["speed-up"] = 12.34
+    results["grading"]["submissions per second"] = 77.7
+    before = pages.render([("benchmarks/results.json", RESULTS)], URL)
+    after = pages.render([("benchmarks/results.json", results)], URL)
+    assert "| 9.88 |" in after and "| 9.88 |" not in before
+    assert "| 12.3× |" in after
+    assert "| submissions per second | 77.7 |" in after
+
+
+def test_a_gpu_run_is_shown_with_its_device_and_versions(tmp_path):
+    for name in ("_config.yml",):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "chapters.py", tmp_path / "benchmarks" / "chapters.py")
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "01_rnn_recap.ipynb").write_text("{}")
+    gpu = {"platform": "Linux", "python": "3.12.3", "torch": "2.13.0+cu130", "cpus": 16,
+           "torch_threads": 16, "date": "2026-12-24 10:00 UTC", "gpu": "NVIDIA H200",
+           "libraries": {"transformers": "5.23.0", "peft": "0.21.2"}}
+    cuda = {"machine": gpu, "measured": {"attention": gpu}, "attention": RESULTS["attention"][:1]}
+    (tmp_path / "benchmarks" / "results.json").write_text(json.dumps(RESULTS))
+    (tmp_path / "benchmarks" / "results-cuda.json").write_text(json.dumps(cuda))
+    text = pages.page_text(tmp_path)
+    assert "*Measured on 2026-12-24 10:00 UTC, GPU: NVIDIA H200, 16 PyTorch threads" in text
+    assert "transformers 5.23.0, peft 0.21.2. From `benchmarks/results-cuda.json`" in text
+    assert "`python benchmarks/run.py --only attention --out benchmarks/results-cuda.json`" in text
+    assert "No current GPU figures" not in text
+    assert "`02a_bahdanau_attention`" not in text  # the chapters now in solutions/ are this root's
+    assert "`01_rnn_recap`" not in text and "01_rnn_recap | instructor" in text
+
+
+def test_a_part_without_its_own_record_says_so():
+    legacy = {k: v for k, v in RESULTS.items() if k != "measured"}
+    text = pages.render([("benchmarks/results.json", legacy)], URL)
+    assert text.count("*Measured on: not recorded in `benchmarks/results.json`.") == 6
+
+
+def test_the_validation_page_is_current_tables_and_links_the_record():
+    text = (ROOT / "book" / "validation.md").read_text(encoding="utf-8")
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    assert f"]({repo['url']}/blob/{repo['branch']}/benchmarks/HISTORY.md)" in text
+    assert not re.search(r"^#+ \d{4}-\d\d-\d\d", text, re.M), "dated entries belong in the record"
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    assert "book/validation" in toc and "book/performance" in toc and "HISTORY" not in toc
