@@ -217,7 +217,8 @@ class NF4Linear(nn.Module):
 def quantize_model_(model: nn.Module, blocksize: int = 64, double_quant: bool = True) -> nn.Module:
     """Replace every frozen ``nn.Linear`` of ``model`` (the bases under LoRA layers included) by an
     :class:`NF4Linear`, in place. Trainable layers (a task head, the LoRA matrices) stay float32,
-    as do embeddings and LayerNorms (QLoRA quantises the linear layers)."""
+    as do embeddings and LayerNorms. A frozen output layer is quantised too, which QLoRA does not
+    do (it keeps the output layer in 16 bits, as transformers' ``BitsAndBytesConfig`` does)."""
     for name, module in list(model.named_modules()):
         if isinstance(module, nn.Linear) and not module.weight.requires_grad \
                 and module.weight.numel() % blocksize == 0:

@@ -58,7 +58,8 @@ def hard_negatives(batch: SceneBatch, held_out: frozenset[tuple[int, int]] = HEL
 
 
 def binding_scenes(n: int = 400, seed: int = 4) -> SceneBatch:
-    """The chapter's binding probe: n two-digit scenes of test handwriting."""
+    """The chapter's binding probe: n two-digit scenes of test images (digit images never seen in
+    training, by writers who also wrote training digits: see ``coursekit.data.scenes``)."""
     scenes = DigitScenes(**{**SCENES, "min_digits": 2})
     return scenes.sample(n, random.Random(seed), split="test")
 
