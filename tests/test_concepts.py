@@ -128,6 +128,30 @@ def _gpt2_small():
     return n_params(model)  # parameters() lists the tied matrix once
 
 
+def _llama_7b_hidden_width():
+    from transformers import LlamaConfig
+
+    from coursekit.models.llama import llama_hidden_width
+    config = LlamaConfig()  # the 7B shape
+    assert config.hidden_size == 4096
+    assert llama_hidden_width(config.hidden_size) == config.intermediate_size
+    return config.intermediate_size
+
+
+def _gqa_cache_numbers():
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    with torch.device("meta"):
+        attention = LlamaAttention(LlamaConfig(hidden_size=4096, num_attention_heads=32,
+                                               num_key_value_heads=8), layer_idx=0)
+    assert attention.head_dim == 128
+    return attention.k_proj.out_features + attention.v_proj.out_features  # one key, one value
+
+
+def _rms_norm_constant():
+    return F.rms_norm(torch.full((4,), 3.0), (4,), torch.ones(4), eps=0.0)[0].item()
+
+
 def _vit_tokens():
     from transformers import ViTConfig, ViTModel
     config = ViTConfig(image_size=224, patch_size=16, hidden_size=8, num_hidden_layers=1,
@@ -215,6 +239,9 @@ KEYS = {
     "07.C1": _next_token_targets,
     "07.C2": _gpt2_small,
     "07.C3": _mask_fraction,
+    "07.C4": _llama_7b_hidden_width,
+    "07.C5": _gqa_cache_numbers,
+    "07.C6": _rms_norm_constant,
     "08.C1": _vit_tokens,
     "08.C2": _clip_negatives,
     "08.C3": _clip_initial_scale,

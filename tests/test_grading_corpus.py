@@ -38,6 +38,7 @@ import grading_corpus_ch07_09  # noqa: E402
 import grading_corpus_new_07a  # noqa: E402
 import grading_corpus_new_07b  # noqa: E402
 import grading_corpus_new_07c  # noqa: E402
+import grading_corpus_new_07d  # noqa: E402
 import grading_corpus_new_08a  # noqa: E402
 import grading_corpus_new_08b  # noqa: E402
 import grading_corpus_new_09a  # noqa: E402
@@ -48,6 +49,7 @@ SUITES = all_suites()
 VARIANTS = [*grading_corpus.VARIANTS, *grading_corpus_ch05_06.VARIANTS,
             *grading_corpus_ch07_09.VARIANTS, *grading_corpus_new_07a.VARIANTS,
             *grading_corpus_new_07b.VARIANTS, *grading_corpus_new_07c.VARIANTS,
+            *grading_corpus_new_07d.VARIANTS,
             *grading_corpus_new_08a.VARIANTS, *grading_corpus_new_08b.VARIANTS,
             *grading_corpus_new_09a.VARIANTS, *grading_corpus_new_09b.VARIANTS]
 # What a submission is graded as: a chapter ("03") or, where a chapter spans notebooks with

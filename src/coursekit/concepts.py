@@ -250,6 +250,26 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in [
        "The formula of the chapter gives 124,439,808, which is what GPT2LMHeadModel counts; the "
        "GPT-2 paper's table says 117M.",
        wrong={"163037184": "that counts an untied output layer (768 × 50,257 more)."}),
+    _q("07.C4", "number", "Llama 7B has d_model = 4096. What is the hidden width d_ff of its "
+       "SwiGLU MLP (2/3 · 4 · d_model, rounded up to a multiple of 256)?", 11008,
+       "2/3 · 16384 = 10922.7; int() gives 10922, rounded up to a multiple of 256: 11,008, what "
+       "LlamaConfig's default (the 7B shape) holds.",
+       wrong={"10922": "that is 2/3 · 4 · d_model before Llama rounds it up to a multiple of 256.",
+              "16384": "that is GPT's 4 · d_model; SwiGLU's three matrices shrink it to 2/3."}),
+    _q("07.C5", "number", "One attention layer with d_model = 4096, H = 32 query heads of "
+       "d_head = 128 and H_kv = 8 key/value heads: how many numbers does its KV cache hold per "
+       "token?", 2048,
+       "A key and a value of d_head numbers for each of the 8 key/value heads: 2 · 8 · 128, a "
+       "quarter of multi-head attention's 2 · d_model.",
+       wrong={"8192": "that is multi-head attention's 2 · d_model; only the 8 key/value heads "
+                      "are cached.",
+              "1024": "that counts the keys only; the values are cached too."}),
+    _q("07.C6", "number", "RMSNorm with γ = 1 and ε = 0 applied to the token (3, 3, 3, 3): what "
+       "is its first output?", 1,
+       "The root mean square of (3, 3, 3, 3) is 3, so every feature becomes 3 / 3 = 1; nothing "
+       "is subtracted.",
+       wrong={"0": "that is LayerNorm's output: it subtracts the mean, RMSNorm does not.",
+              "3": "that is the input; RMSNorm divides it by its root mean square, 3."}),
     # Chapter 8: ViT and CLIP
     _q("08.C1", "number", "ViT-B/16 on a 224 × 224 image: how many tokens does the encoder "
        "read, [CLS] included?", 197,
@@ -297,7 +317,7 @@ def chapter_questions(chapter: str) -> list[Question]:
 # for a whole split chapter) asks all of its chapter's questions.
 NOTEBOOK_QUESTIONS = {
     "02a": ("02.C1", "02.C2", "02.C3"), "06a": ("06.C1", "06.C2", "06.C3"),
-    "07a": ("07.C1", "07.C2"), "07b": ("07.C3",),
+    "07a": ("07.C1", "07.C2"), "07b": ("07.C3",), "07d": ("07.C4", "07.C5", "07.C6"),
     "08a": ("08.C1",), "08b": ("08.C2", "08.C3"),
     "09a": ("09.C1", "09.C2"), "09b": ("09.C3",),
 }

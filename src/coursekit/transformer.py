@@ -62,10 +62,19 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
 
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """y = x / √(mean(x²) + ε) · γ over the last dimension: x: (..., d_model), γ: (d_model,).
+
+    No mean is subtracted and nothing is added: a token's direction is kept, only its root mean
+    square is set to 1 before the gain γ (``F.rms_norm`` computes the same).
+    """
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
 class RMSNorm(nn.Module):
     """y = x / √(mean(x²) + ε) · γ: LayerNorm without the mean and without β (Zhang & Sennrich,
-    2019). T5 calls it ``T5LayerNorm`` (ε = 1e-6); ``nn.RMSNorm`` computes the same.
-    x: (..., d_model)."""
+    2019). T5 calls it ``T5LayerNorm`` (ε = 1e-6), Llama ``LlamaRMSNorm``; ``nn.RMSNorm``
+    computes the same. x: (..., d_model)."""
 
     def __init__(self, d_model: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -73,7 +82,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 NORMS: dict[str, type[nn.Module]] = {"layer": LayerNorm, "rms": RMSNorm}
