@@ -44,9 +44,10 @@ class LayerNorm(nn.Module):
     """y = (x − μ) / √(σ² + ε) · γ + δ over the last dimension (Ba, Kiros & Hinton, 2016).
 
     μ and σ² are the mean and the *biased* variance (divide by d, not d − 1) of each token's
-    d_model features; ε sits inside the square root. γ (``weight``) and δ (``bias``; the paper's β,
-    renamed because the book's β is a projection's bias) are learned,
-    one per feature, as in ``nn.LayerNorm`` (same names, same ε default). x: (..., d_model).
+    d_model features; ε sits inside the square root. γ (``weight``) and δ (``bias``) are learned,
+    one per feature, as in ``nn.LayerNorm`` (same names, same ε default). Ba et al. write them g
+    and b; γ and β are BatchNorm's names, which PyTorch's documentation uses, and the book writes
+    δ because its β is a projection's bias. x: (..., d_model).
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
