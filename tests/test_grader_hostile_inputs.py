@@ -343,3 +343,22 @@ def test_reading_a_large_notebook_costs_the_grader_a_bounded_amount():
         tracemalloc.stop()
     assert notes and not missing
     assert peak < 8 * len(data), f"{peak / 2**20:.0f} MiB for a {len(data) / 2**20:.1f} MiB file"
+
+
+def test_gradescope_always_writes_a_results_json(tmp_path, monkeypatch):
+    """Whatever happens in the grader, Gradescope gets a results.json: a grader that fails
+    leaves a zero score and a message, never a missing file."""
+    from coursekit.grading import gradescope
+
+    (tmp_path / "source").mkdir()
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "source" / "config.json").write_text(json.dumps(
+        {"limits": {"timeout": 10}, "chapter": "01"}))
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("a grader bug")
+
+    monkeypatch.setattr(gradescope, "grade", failing)
+    assert gradescope.run(tmp_path) == 0
+    written = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert written["score"] == 0 and "could not grade" in written["output"]
