@@ -106,7 +106,7 @@ MERGE = [
         "            ids[i:i + 2] = [new_id]\n        i += 1\n    return ids\n", kind="state"),
 ]
 
-# ----------------------------------------------------------------------------- 07.2 top_p_filter
+# ----------------------------------------------------------------------------- 07.3 top_p_filter
 TP = "def top_p_filter(logits, p):\n"
 TP_BODY = TP + '''    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
@@ -191,7 +191,7 @@ TOP_P = [
         "    return torch.where(keep, logits, torch.full_like(logits, float('-inf')))\n"),
 ]
 
-# ----------------------------------------------------------------------------- 07.3 mask_tokens
+# ----------------------------------------------------------------------------- 07.5 mask_tokens
 MT = "def mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):\n"
 MT_BODY = MT + '''    picked = (torch.rand(ids.shape, generator=generator) < p) & ~special
     labels = torch.where(picked, ids, -100)
@@ -319,7 +319,7 @@ MASK = [
         "    return inputs, torch.where(picked, ids, torch.full_like(ids, -100))\n", kind="random"),
 ]
 
-# ----------------------------------------------------------------------------- 07.4 span_corruption
+# ----------------------------------------------------------------------------- 07.10 span_corruption
 SC = "def span_corruption(ids, noise_mask, sentinels):\n"
 SC_BODY = SC + '''    inputs, targets, k = [], [], 0
     for i in range(len(ids)):

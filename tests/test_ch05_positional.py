@@ -25,6 +25,7 @@ from transformers.models.llama import modeling_llama  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
 
 from coursekit.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention  # noqa: E402
+from coursekit.hf_compat import t5_compute_bias  # noqa: E402
 from coursekit.models.tiny_transformer import TinyTransformer  # noqa: E402
 from coursekit.positional import (  # noqa: E402
     KINDS,
@@ -125,7 +126,7 @@ def test_t5_relative_bias_matches_compute_bias(is_decoder, n_q, n_k):
     with torch.no_grad():
         theirs.relative_attention_bias.weight.normal_(0.0, 0.5)
         ours.relative_attention_bias.weight.copy_(theirs.relative_attention_bias.weight)
-        expected = theirs.compute_bias(n_q, n_k, past_seen_tokens=n_k - n_q)  # (1, H, N_q, N_k)
+        expected = t5_compute_bias(theirs, n_q, n_k, offset=n_k - n_q)  # (1, H, N_q, N_k)
         got = ours.score_bias(n_q, n_k)
     assert got.shape == (4, n_q, n_k)
     torch.testing.assert_close(got, expected[0], rtol=0, atol=0)
@@ -137,7 +138,7 @@ def test_t5_relative_bias_matches_compute_bias(is_decoder, n_q, n_k):
 def llama_rotary(head_dim: int, base: float):
     config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, num_key_value_heads=4,
                          head_dim=head_dim, max_position_embeddings=4096,
-                         rope_parameters={"rope_type": "default", "rope_theta": base})
+                         rope_theta=base)  # Transformers 5 moves it into rope_parameters
     return config, modeling_llama.LlamaRotaryEmbedding(config)
 
 

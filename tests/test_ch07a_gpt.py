@@ -354,3 +354,25 @@ def test_bpe_refuses_characters_outside_its_base_alphabet():
         with pytest.raises(KeyError, match="not in the base alphabet"):
             bpe.encode(text)
     bpe.encode("the dog")
+
+
+def test_chapter_gpt_rebuilds_the_same_model_from_the_same_seeds():
+    """07b_decoding and 07c_assistant rebuild 07a's GPT with coursekit.data.chapter_gpt: the
+    recipe must give the same weights every time, and a batch the encoder pads must train the
+    same as the padding-free one."""
+    from coursekit.data import chapter_gpt
+
+    lang, corpus, bpe = chapter_gpt.tokenizer()
+    assert len(bpe.merges) == chapter_gpt.N_MERGES and len(corpus) == 2000
+    ids = chapter_gpt.encode(bpe, ["the dog was happy .", corpus[0]])
+    assert ids[0, 0] == bpe.bos_id and (ids[:, -1] == bpe.pad_id).any()
+    assert bpe.decode(ids[1, 1:][ids[1, 1:] != bpe.pad_id][:-1]) == corpus[0]
+    assert chapter_gpt.trim(torch.cat([ids, torch.zeros(2, 5, dtype=torch.long)], 1)).shape == ids.shape
+    train = chapter_gpt.encode(bpe, lang.corpus(256, seed=1))
+    first, h1 = chapter_gpt.pretrain(bpe, train, steps=3)
+    second, h2 = chapter_gpt.pretrain(bpe, train, steps=3)
+    assert h1.loss == h2.loss and len(h1.loss) == 3
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
+        assert torch.equal(a, b)
+    share, distinct = chapter_gpt.acceptance(first, bpe, n=20, temperature=0.5)
+    assert 0 <= share <= 1 and 0 <= distinct <= round(share * 20)

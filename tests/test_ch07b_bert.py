@@ -209,24 +209,24 @@ def test_the_batch_grader_grades_07b_on_its_own_exercise(tmp_path):
 
     subs = tmp_path / "subs"
     subs.mkdir()
-    shutil.copy(ROOT / "solutions" / "07b_bert.ipynb", subs / "right_07b_bert.ipynb")
-    shutil.copy(ROOT / "notebooks" / "07b_bert.ipynb", subs / "todo_07b_bert.ipynb")
-    nb = nbformat.read(ROOT / "notebooks" / "07b_bert.ipynb", as_version=4)
+    shutil.copy(ROOT / "solutions" / "07f_bert.ipynb", subs / "right_07f_bert.ipynb")
+    shutil.copy(ROOT / "notebooks" / "07f_bert.ipynb", subs / "todo_07f_bert.ipynb")
+    nb = nbformat.read(ROOT / "notebooks" / "07f_bert.ipynb", as_version=4)
     for cell in nb.cells:
         if "exercise" in cell.metadata.get("tags", []):
             cell.source = BUGGY
-    nbformat.write(nb, subs / "buggy_07b_bert.ipynb")
+    nbformat.write(nb, subs / "buggy_07f_bert.ipynb")
     batch = grade([subs], tmp_path / "out", jobs=1, stream=None,
                   limits=Limits(timeout=60, case_timeout=20, memory_mib=1536))
     records = {r["extra_data"]["coursekit"]["submission"]: r for r in batch.records}
     suite = all_suites()["mask_tokens"]
-    own = sum(s.points for s in all_suites().values() if s.key == "07b")
-    for name, score in (("right_07b_bert", own), ("todo_07b_bert", 0), ("buggy_07b_bert", 0)):
+    own = sum(s.points for s in all_suites().values() if s.key == "07f")
+    for name, score in (("right_07f_bert", own), ("todo_07f_bert", 0), ("buggy_07f_bert", 0)):
         record = records[name]
-        assert record["max_score"] == own, "07b is graded on its own exercises only"
+        assert record["max_score"] == own, "07f is graded on its own exercises only"
         assert record["score"] == pytest.approx(score), (name, record["tests"])
         assert not record["extra_data"]["coursekit"]["harness_errors"]
-    outputs = " ".join(t["output"] for t in records["buggy_07b_bert"]["tests"])
+    outputs = " ".join(t["output"] for t in records["buggy_07f_bert"]["tests"])
     assert suite.mutants[0].hint in outputs, "the batch grader names the bug as check() does"
 
 
@@ -263,10 +263,10 @@ def test_what_a_random_exercise_draws_is_graded_not_only_how_often(wrong, observ
     from coursekit.grading.registry import get_suite
     from coursekit.grading.suite import run_suite
 
-    result = run_suite(get_suite("07.3"), wrong)
+    result = run_suite(get_suite("07.5"), wrong)
     assert result.status == "failed" and observed in result.hint, result.hint
     rates_only = [c.outputs[0][:8] for c in result.cases]
-    references = [get_suite("07.3").run(get_suite("07.3").reference, get_suite("07.3").inputs(i))[:8]
+    references = [get_suite("07.5").run(get_suite("07.5").reference, get_suite("07.5").inputs(i))[:8]
                   for i in range(len(result.cases))]
     assert all(torch.allclose(a, b, atol=0.02) for a, b in zip(rates_only, references, strict=True)), \
         "the eight rates alone would have passed it"
@@ -276,7 +276,7 @@ def test_the_draw_checks_have_no_false_alarms_on_right_implementations():
     from coursekit.grading.registry import get_suite
     from coursekit.grading.suite import run_suite
 
-    suite = get_suite("07.3")
+    suite = get_suite("07.5")
     for right in (suite.reference, suite.solution, _draws()):
         assert run_suite(suite, right).status == "passed"
 
@@ -289,7 +289,7 @@ def test_check_leaves_the_global_random_stream_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    assert run_suite(get_suite("07.3"), mask_tokens).status == "passed"
+    assert run_suite(get_suite("07.5"), mask_tokens).status == "passed"
     torch.testing.assert_close(torch.rand(3), expected)
 
 

@@ -1,5 +1,6 @@
-"""Exercise 07.9's authority: the suite's reference is Hugging Face's ``T5Attention.compute_bias``
-(with ``past_seen_tokens``), and coursekit's ``position_bias`` equals it, on spread-out tables."""
+"""Exercise 07.8's authority: the suite's reference is Hugging Face's ``T5Attention.compute_bias``
+(with the queries offset by the cached positions, through ``coursekit.hf_compat.t5_compute_bias``
+for Transformers 4 and 5), and coursekit's ``position_bias`` equals it, on spread-out tables."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import T5Config  # noqa: E402
 from transformers.models.t5.modeling_t5 import T5Attention  # noqa: E402
 
-from coursekit.grading.suites.ch07c import hf_position_bias  # noqa: E402
+from coursekit.grading.suites.ch07g import hf_position_bias  # noqa: E402
+from coursekit.hf_compat import t5_compute_bias  # noqa: E402
 from coursekit.positional import T5RelativeBias, position_bias  # noqa: E402
 
 
@@ -25,7 +27,7 @@ def compute_bias(table, n_q, n_k, bidirectional, max_distance):
     attention = T5Attention(config, has_relative_attention_bias=True)
     with torch.no_grad():
         attention.relative_attention_bias.weight.copy_(table)
-    return attention.compute_bias(n_q, n_k, past_seen_tokens=n_k - n_q)[0]
+    return t5_compute_bias(attention, n_q, n_k, offset=n_k - n_q)[0]
 
 
 @pytest.mark.parametrize("buckets,heads,n_q,n_k,bidirectional,max_distance", [
@@ -48,7 +50,7 @@ def test_reference_and_coursekit_equal_hugging_face(buckets, heads, n_q, n_k, bi
 
 
 def test_top_left_queries_differ_when_a_cache_holds_positions():
-    """The negative control: without past_seen_tokens, Hugging Face puts the queries first,
+    """The negative control: without an offset, Hugging Face puts the queries first,
     which the exercise's cached-decoding cases must tell apart."""
     table = 0.5 * torch.randn(16, 2, generator=torch.Generator().manual_seed(0))
     config = T5Config(vocab_size=8, d_model=8, d_kv=2, d_ff=8, num_layers=1, num_heads=2,
@@ -56,4 +58,4 @@ def test_top_left_queries_differ_when_a_cache_holds_positions():
     attention = T5Attention(config, has_relative_attention_bias=True)
     with torch.no_grad():
         attention.relative_attention_bias.weight.copy_(table)
-    assert not torch.equal(attention.compute_bias(1, 9)[0], position_bias(table, 1, 9, False))
+    assert not torch.equal(t5_compute_bias(attention, 1, 9)[0], position_bias(table, 1, 9, False))

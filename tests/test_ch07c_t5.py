@@ -185,7 +185,7 @@ SPAN_EXAMPLES = [  # (text, noise words, inputs, targets)
 def test_span_corruption_published_examples(example, implementation):
     """The book's span corruption and the grader's reference (a transcription of Hugging Face's
     T5 pre-training example) both give the published input/target pairs."""
-    from coursekit.grading.suites.ch07c import t5_span_corruption
+    from coursekit.grading.suites.ch07g import t5_span_corruption
 
     fn = {"coursekit": instructions.span_corruption,
           "grading reference": t5_span_corruption}[implementation]
@@ -242,3 +242,32 @@ def test_t5_parameter_formula_counts_hugging_faces_t5():
     assert sum(p.numel() for p in ours.parameters()) == t5_parameters(2, 32, 72, 4, 8, 53, 8)
     assert t5_parameters(*T5_PUBLISHED["T5-small"][:5]) == 60_506_624  # t5-small's count
 
+
+
+def test_book_sentences_get_one_span_of_two_or_three_tokens():
+    """07c says so: on the language's sentences of 10 to 17 tokens, 15 % noise is one span."""
+    sentences = SyntheticLanguage().sample(2000, seed=0)
+    assert {len(s.tokens) for s in sentences} <= set(range(10, 18))
+    g = torch.Generator().manual_seed(0)
+    for s in sentences:
+        mask = instructions.random_spans_noise_mask(len(s.tokens), generator=g)
+        assert int((mask[1:] & ~mask[:-1]).sum()) == 1                       # one span
+        assert int(mask.sum()) == (3 if len(s.tokens) == 17 else 2)
+
+
+def test_answer_agrees_with_task_item_and_refuses_what_does_not_apply():
+    import random
+
+    sentences = SyntheticLanguage().sample(50, seed=0)
+    rng = random.Random(0)
+    for task in instructions.TASKS:
+        for _ in range(100):
+            x, answer = instructions.task_item(task, rng, sentences)
+            assert instructions.answer(task, x, sentences) == answer
+    assert instructions.answer("plural", ("dogs",)) is None                   # no plural of a plural
+    assert instructions.answer("singular", ("dog",)) is None
+    assert instructions.answer("category", sentences[0].tokens) is None       # a word task on a sentence
+    assert instructions.answer("verb", sentences[0].tokens) is None           # sentence not given
+    assert instructions.answer("plural", ("bus",)) == ("buses",)
+    with pytest.raises(ValueError):
+        instructions.answer("colour", ("dog",))

@@ -67,7 +67,7 @@ def test_vit_with_sincos_positions_equals_hugging_face_vit_mae():
              "patch_embed.proj.bias": emb.patch_embeddings.projection.bias,
              "cls_token": emb.cls_token, "pos_embed": emb.position_embeddings,
              "encoder.norm.weight": theirs.layernorm.weight, "encoder.norm.bias": theirs.layernorm.bias,
-             **encoder_layers_from_hf(theirs.layers, clip=False)}
+             **encoder_layers_from_hf(theirs)}
     ours.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
     x = torch.rand(3, 1, 8, 8)
     in_order = torch.arange(16.0).expand(3, 16)                             # MAE's shuffle: the identity

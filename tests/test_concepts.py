@@ -121,6 +121,81 @@ def _mask_fraction():
     return 0.8
 
 
+def _perplexity():
+    # a model that spreads its probability evenly over 4 tokens, one of them right: loss ln 4
+    loss = F.cross_entropy(torch.zeros(1, 4), torch.tensor([0]))
+    assert abs(loss.item() - 1.386) < 1e-3
+    return math.exp(loss.item())
+
+
+def _nucleus_size():
+    from transformers import TopPLogitsWarper
+    logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log()
+    kept = TopPLogitsWarper(0.75)(None, logits)
+    return int(torch.isfinite(kept).sum())
+
+
+def _kv_cache_saving():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from coursekit.decoding import greedy
+    from coursekit.models.gpt import GPT
+
+    model, n = GPT(11, d_model=8, n_heads=2, n_layers=1, max_len=300).eval(), 255
+
+    def flops(use_cache):
+        with FlopCounterMode(display=False) as counter:
+            greedy(model, torch.zeros(1, 1, dtype=torch.long), n, use_cache=use_cache)
+        return counter.get_total_flops()
+
+    return flops(False) / flops(True)
+
+
+def _dpo_first_loss():
+    from coursekit.preference import dpo_loss
+    lp = torch.tensor([-3.0, -7.0])
+    return dpo_loss(lp, lp, lp, lp, beta=0.1).item()
+
+
+def _six_nd():
+    # the backward pass of a linear layer costs twice its forward: 2N + 4N per token
+    from torch.utils.flop_counter import FlopCounterMode
+    layer, x = nn.Linear(32, 16, bias=False), torch.randn(5, 32, requires_grad=True)
+    with FlopCounterMode(display=False) as forward:
+        y = layer(x)
+    with FlopCounterMode(display=False) as backward:
+        y.sum().backward()
+    n_params = layer.weight.numel()
+    assert forward.get_total_flops() == 2 * n_params * 5 and backward.get_total_flops() == 4 * n_params * 5
+    return 6 * 1e9 * 2e10
+
+
+def _shown_share():
+    from coursekit.data.incontext import InContextTask
+    task = InContextTask()
+    _, _, answer_pos = task.prompts(4, 4000, torch.Generator().manual_seed(0))
+    share = (answer_pos >= 0).float().mean().item()
+    assert abs(share - 4 / task.domain) < 0.03, share   # sampled prompts agree with k / domain
+    return 4 / task.domain
+
+
+def _t5_query_init():
+    from transformers import T5Config, T5Model
+    config = T5Config(vocab_size=8, d_model=768, d_kv=64, num_heads=12, d_ff=8, num_layers=1,
+                      num_decoder_layers=1)
+    q = T5Model(config).encoder.block[0].layer[0].SelfAttention.q.weight
+    std = (768 * 64) ** -0.5
+    assert abs(q.std().item() / std - 1) < 0.02, q.std().item()   # Hugging Face's _init_weights
+    return std
+
+
+def _span_corrupted_length():
+    from coursekit.data.instructions import random_spans_noise_mask, span_corruption
+    mask = random_spans_noise_mask(14, generator=torch.Generator().manual_seed(0))
+    inputs, _ = span_corruption(torch.arange(14), mask, torch.tensor([100, 101, 102]))
+    return len(inputs)
+
+
 def _gpt2_small():
     from transformers import GPT2Config, GPT2LMHeadModel
     with torch.device("meta"):
@@ -237,11 +312,19 @@ KEYS = {
     "06.C2": lambda: "a",
     "06.C3": _dropout_scale,
     "07.C1": _next_token_targets,
-    "07.C2": _gpt2_small,
-    "07.C3": _mask_fraction,
-    "07.C4": _llama_7b_hidden_width,
-    "07.C5": _gqa_cache_numbers,
-    "07.C6": _rms_norm_constant,
+    "07.C2": _perplexity,
+    "07.C3": _nucleus_size,
+    "07.C4": _kv_cache_saving,
+    "07.C5": _dpo_first_loss,
+    "07.C6": _shown_share,
+    "07.C7": _gpt2_small,
+    "07.C8": _six_nd,
+    "07.C9": _mask_fraction,
+    "07.C10": _t5_query_init,
+    "07.C11": _span_corrupted_length,
+    "07.C12": _llama_7b_hidden_width,
+    "07.C13": _gqa_cache_numbers,
+    "07.C14": _rms_norm_constant,
     "08.C1": _vit_tokens,
     "08.C2": _clip_negatives,
     "08.C3": _clip_initial_scale,
@@ -285,7 +368,7 @@ def test_facts_the_explanations_state():
     for lin in (post.self_attn.out_proj, post.linear2):
         nn.init.zeros_(lin.weight), nn.init.zeros_(lin.bias)
     assert not torch.allclose(post(x), x)
-    # 07.C2: the untied count the wrong answer names.
+    # 07.C7: the untied count the wrong answer names.
     assert _gpt2_small() + 768 * 50257 == 163037184
     # 09.C1: the frozen matrix.
     assert 768 * 768 == 589824
@@ -446,11 +529,11 @@ def test_concept_points_grade_the_questions_each_notebook_asks(tmp_path):
                                        f'answers = {{"04.C1": {first}, "04.C2": 4 * 32 * 32 + 4 * 32, '
                                        '"04.C3": None}\ncheck_concepts(answers)\n')
         nbformat.write(student, subs / f"04_{name}.ipynb")
-    bert = nbformat.read(ROOT / "notebooks" / "07b_bert.ipynb", as_version=4)
+    bert = nbformat.read(ROOT / "notebooks" / "07f_bert.ipynb", as_version=4)
     [cell] = [c for c in bert.cells if concepts.CONCEPTS_TAG in c.metadata.get("tags", [])]
-    cell.source = cell.source.replace('"07.C3": None', f'"07.C3": {QUESTIONS["07.C3"].answer!r}')
-    nbformat.write(bert, subs / "07b_dave.ipynb")
-    assert concepts.asked_in("07b") == ["07.C3"] and concepts.asked_in("07c") == []
+    cell.source = cell.source.replace('"07.C9": None', f'"07.C9": {QUESTIONS["07.C9"].answer!r}')
+    nbformat.write(bert, subs / "07f_dave.ipynb")
+    assert concepts.asked_in("07f") == ["07.C9"] and concepts.asked_in("07c") == ["07.C5"]
     assert concepts.asked_in("04") == ["04.C1", "04.C2", "04.C3"]
 
     batch = grade([subs], tmp_path / "out", jobs=1, stream=None, limits=Limits(timeout=60),
@@ -460,7 +543,7 @@ def test_concept_points_grade_the_questions_each_notebook_asks(tmp_path):
                  for k, r in records.items()}
     # the student edition's exercises earn 0: the scores are the concept checks alone
     for who, right, asked in [("04_alice", 1, 3), ("04_bob", 2, 3), ("04_carol", 0, 3),
-                              ("07b_dave", 1, 1)]:
+                              ("07f_dave", 1, 1)]:
         r = records[who]
         assert (r["score"], r["max_score"]) == (2 * right, exercises[who] + 2 * asked), who
         concept_tests = [t for t in r["tests"] if t["name"].startswith("concept check")]
@@ -473,7 +556,7 @@ def test_concept_points_grade_the_questions_each_notebook_asks(tmp_path):
     assert "Concept checks (2 / 6 points): 1 of 3 right, 2 answered" in feedback
     rows = {row["submission"]: row for row in
             csv.DictReader((tmp_path / "out" / "grades.csv").open())}
-    assert rows["04_bob"]["concept checks"] == "4.0" and rows["07b_dave"]["concept checks"] == "2.0"
+    assert rows["04_bob"]["concept checks"] == "4.0" and rows["07f_dave"]["concept checks"] == "2.0"
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "## Concept checks (graded, 2 point(s) each)" in summary
     with pytest.raises(ValueError, match="concept-points"):

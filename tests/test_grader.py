@@ -793,7 +793,7 @@ def test_a_notebook_without_exercises_is_not_scored_unless_the_chapter_is_asked_
 
 
 def test_a_split_chapter_grades_each_notebook_on_its_own_exercises():
-    """A chapter whose exercises span notebooks (07a_gpt, 07b_bert, ...): a submission is graded
+    """A chapter whose exercises span notebooks (07a_gpt, 07f_bert, ...): a submission is graded
     on its notebook's exercises, read from its tagged cells or else its file name; a chapter
     that keeps its exercises in its first notebook is found from a later one's name (02b_)."""
     a = dataclasses.replace(SYNTHETIC["scale_shift"], exercise="91.1", name="split_a",

@@ -33,25 +33,27 @@ from coursekit.release import exercises
 
 sys.path.insert(0, str(Path(__file__).parent))
 import grading_corpus  # noqa: E402
+import grading_corpus_bert  # noqa: E402
 import grading_corpus_ch05_06  # noqa: E402
 import grading_corpus_ch07_09  # noqa: E402
-import grading_corpus_new_07a  # noqa: E402
-import grading_corpus_new_07b  # noqa: E402
-import grading_corpus_new_07c  # noqa: E402
-import grading_corpus_new_07d  # noqa: E402
-import grading_corpus_new_08a  # noqa: E402
-import grading_corpus_new_08b  # noqa: E402
-import grading_corpus_new_09a  # noqa: E402
-import grading_corpus_new_09b  # noqa: E402
+import grading_corpus_clip  # noqa: E402
+import grading_corpus_dpo  # noqa: E402
+import grading_corpus_lora  # noqa: E402
+import grading_corpus_modern_decoder  # noqa: E402
+import grading_corpus_next_token_loss  # noqa: E402
+import grading_corpus_qlora  # noqa: E402
+import grading_corpus_t5  # noqa: E402
+import grading_corpus_vit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = all_suites()
 VARIANTS = [*grading_corpus.VARIANTS, *grading_corpus_ch05_06.VARIANTS,
-            *grading_corpus_ch07_09.VARIANTS, *grading_corpus_new_07a.VARIANTS,
-            *grading_corpus_new_07b.VARIANTS, *grading_corpus_new_07c.VARIANTS,
-            *grading_corpus_new_07d.VARIANTS,
-            *grading_corpus_new_08a.VARIANTS, *grading_corpus_new_08b.VARIANTS,
-            *grading_corpus_new_09a.VARIANTS, *grading_corpus_new_09b.VARIANTS]
+            *grading_corpus_ch07_09.VARIANTS, *grading_corpus_dpo.VARIANTS,
+            *grading_corpus_next_token_loss.VARIANTS,
+            *grading_corpus_bert.VARIANTS, *grading_corpus_t5.VARIANTS,
+            *grading_corpus_modern_decoder.VARIANTS,
+            *grading_corpus_vit.VARIANTS, *grading_corpus_clip.VARIANTS,
+            *grading_corpus_lora.VARIANTS, *grading_corpus_qlora.VARIANTS]
 # What a submission is graded as: a chapter ("03") or, where a chapter spans notebooks with
 # exercises of their own, a notebook ("07b").
 CHAPTERS = sorted({suite.key for suite in SUITES.values()})

@@ -17,6 +17,14 @@ __all__ = ["device", "seed", "seed_everything", "profile", "by_profile"]
 __version__ = "0.1.0"
 
 PROFILES = ("quick", "full")
+
+if "ipykernel" in __import__("sys").modules:  # a notebook's set-up cell: one line, only where a
+    try:                                       # library is outside the supported range
+        from coursekit.environment import report as _report_environment
+
+        _report_environment()
+    except Exception:  # noqa: BLE001  a broken metadata record must not stop the import
+        pass
 T = TypeVar("T")
 
 

@@ -232,31 +232,84 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in [
        "evaluation needs no rescaling.", tol=1e-3,
        wrong={"0.9": "that is the probability of keeping an entry; the kept ones are divided by it.",
               "1": "nn.Dropout rescales the kept entries during training (inverted dropout)."}),
-    # Chapter 7: GPT, BERT, T5
+    # Chapter 7: GPT (07a-07e), BERT (07f), T5 (07g), the modern decoder (07h)
     _q("07.C1", "number", "A causal language model gets a batch of 2 sequences of 10 tokens, no "
        "padding. How many next-token predictions enter the loss?", 18,
        "Each sequence of 10 tokens gives 9 (position t predicts token t + 1; the last has no "
        "target): 2 × 9.",
        wrong={"20": "that counts the last position, which has no next token to predict."}),
-    _q("07.C3", "number", "BERT selects 15 % of the tokens for its masked-LM loss. What fraction "
-       "of the selected tokens is replaced by [MASK]?", 0.8,
-       "80 % become [MASK], 10 % a random token, 10 % stay unchanged (Devlin et al., 2019, §3.1).",
-       tol=1e-9, wrong={"1": "only 80 % are masked; 10 % get a random token, 10 % stay.",
-                        "0.15": "that is the fraction of all tokens selected, not of the "
-                                "selected ones that become [MASK]."}),
-    _q("07.C2", "number", "GPT-2 small: 12 layers, d_model = 768, a vocabulary of 50,257, 1024 "
+    _q("07.C2", "number", "A language model's mean next-token loss on held-out text is 1.386 nats "
+       "(that is, ln 4). What is its perplexity?", 4.0,
+       "Perplexity is e to the loss: e^1.386 = 4, as uncertain as a fair choice among 4 tokens.",
+       tol=0.01, wrong={"1.386": "that is the loss itself; perplexity is its exponential, e^L.",
+                        "0.25": "that is the probability of a fair choice among 4; perplexity "
+                                "is e^L, the number of choices."}),
+    _q("07.C3", "number", "Next-token probabilities (0.4, 0.3, 0.2, 0.1) and top-p with p = 0.75: "
+       "how many tokens stay in the nucleus?", 3,
+       "The tokens before the third sum to 0.7, under 0.75, so the third is kept; those before "
+       "the fourth sum to 0.9, so it is dropped.",
+       wrong={"2": "0.4 + 0.3 = 0.7 is still under p = 0.75: the third token is needed to reach it.",
+              "4": "the tokens before the fourth already sum to 0.9 ≥ 0.75, so it is dropped."}),
+    _q("07.C4", "number", "Generating n = 255 tokens greedily without a KV cache: how many times "
+       "the operations of the cached generation do the projections and MLPs take?", 128,
+       "Step t runs t positions without the cache and 1 with it: (1 + 2 + ... + n) / n = "
+       "(n + 1) / 2 = 128.",
+       wrong={"255": "that is the ratio at the last step only; over all steps it is (n + 1) / 2."}),
+    _q("07.C5", "number", "DPO with β = 0.1, at its first step (the policy still equals the "
+       "reference): what is the loss, in nats?", 0.6931,
+       "Both log-ratios are 0, so the margin is 0 and the loss is −log σ(0) = log 2 ≈ 0.693.",
+       tol=1e-3, wrong={"0": "the margin is 0, but the loss is −log σ(0) = log 2.",
+                        "0.5": "that is σ(0); the loss is −log σ(0) = log 2."}),
+    _q("07.C6", "number", "In the chapter's in-context task a sequence's mapping covers 8 input "
+       "symbols. A 4-shot prompt shows 4 examples with distinct inputs, then a query drawn from "
+       "the same 8 inputs. What share of queries has its input among the examples?", 0.5,
+       "4 of the 8 inputs are shown, so a query's input is among them with probability 4/8: the "
+       "accuracy of pure retrieval at 4 shots is 0.5 plus a guess on the rest.",
+       tol=1e-9, wrong={"0.25": "that is 4/16: the query is drawn from the mapping's 8 inputs, not "
+                                "from all 16 input symbols.",
+                        "1": "only 4 of the 8 inputs are shown in a 4-shot prompt."}),
+    _q("07.C7", "number", "GPT-2 small: 12 layers, d_model = 768, a vocabulary of 50,257, 1024 "
        "positions, the output layer tied to the token embedding. How many parameters?",
        124439808,
        "The formula of the chapter gives 124,439,808, which is what GPT2LMHeadModel counts; the "
        "GPT-2 paper's table says 117M.",
        wrong={"163037184": "that counts an untied output layer (768 × 50,257 more)."}),
-    _q("07.C4", "number", "Llama 7B has d_model = 4096. What is the hidden width d_ff of its "
+    _q("07.C8", "number", "By C ≈ 6ND, about how many floating-point operations does training a "
+       "model of N = 10^9 parameters on D = 2 · 10^10 tokens take?", 1.2e20,
+       "6 · 10^9 · 2 · 10^10 = 1.2 · 10^20: 2N per token forward and 4N backward.",
+       tol=1e17, wrong={"4e+19": "that is 2ND, the forward pass only; the backward pass costs "
+                                 "twice as much again.",
+                        "2e+19": "that is N·D; each parameter costs 6 operations per token."}),
+    _q("07.C9", "number", "BERT selects 15 % of the tokens for its masked-LM loss. What fraction "
+       "of the selected tokens is replaced by [MASK]?", 0.8,
+       "80 % become [MASK], 10 % a random token, 10 % stay unchanged (Devlin et al., 2019, §3.1).",
+       tol=1e-9, wrong={"1": "only 80 % are masked; 10 % get a random token, 10 % stay.",
+                        "0.15": "that is the fraction of all tokens selected, not of the "
+                                "selected ones that become [MASK]."}),
+    _q("07.C10", "number", "T5 drops attention's 1/√d_head and draws W^Q with standard deviation "
+       "(d_model · d_head)^(-1/2) instead. For T5-base (d_model = 768, d_head = 64), what is that "
+       "standard deviation?", 0.0045105,
+       "1/√(768 · 64) = 1/√49152 ≈ 0.00451: the factor 1/√d_head that other transformers apply to "
+       "the scores is folded into W^Q's initial scale.",
+       tol=5e-5, wrong={"0.0361": "that is d_model^(-1/2), the scale of W^K and W^V; W^Q also "
+                                  "carries the 1/√d_head.",
+                        "0.125": "that is the factor 1/√d_head alone, not W^Q's standard deviation.",
+                        "0.02": "that is BERT's and GPT-2's initializer_range, not T5's rule."}),
+    _q("07.C11", "number", "A sentence of 14 tokens is span-corrupted as in the T5 notebook (noise "
+       "density 0.15, mean span length 3). How many tokens does the encoder's input hold, "
+       "not counting <eos>?", 13,
+       "round(14 · 0.15) = 2 tokens are dropped, in round(2 / 3) = 1 span, and one sentinel takes "
+       "the span's place: 14 − 2 + 1 = 13.",
+       wrong={"12": "the dropped span is replaced by a sentinel token, not removed without trace.",
+              "14": "that keeps every token in place, as BERT's masking does; T5 removes the span.",
+              "11": "these 2 noise tokens form one span, not two."}),
+    _q("07.C12", "number", "Llama 7B has d_model = 4096. What is the hidden width d_ff of its "
        "SwiGLU MLP (2/3 · 4 · d_model, rounded up to a multiple of 256)?", 11008,
        "2/3 · 16384 = 10922.7; int() gives 10922, rounded up to a multiple of 256: 11,008, what "
        "LlamaConfig's default (the 7B shape) holds.",
        wrong={"10922": "that is 2/3 · 4 · d_model before Llama rounds it up to a multiple of 256.",
               "16384": "that is GPT's 4 · d_model; SwiGLU's three matrices shrink it to 2/3."}),
-    _q("07.C5", "number", "One attention layer with d_model = 4096, H = 32 query heads of "
+    _q("07.C13", "number", "One attention layer with d_model = 4096, H = 32 query heads of "
        "d_head = 128 and H_kv = 8 key/value heads: how many numbers does its KV cache hold per "
        "token?", 2048,
        "A key and a value of d_head numbers for each of the 8 key/value heads: 2 · 8 · 128, a "
@@ -264,7 +317,7 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in [
        wrong={"8192": "that is multi-head attention's 2 · d_model; only the 8 key/value heads "
                       "are cached.",
               "1024": "that counts the keys only; the values are cached too."}),
-    _q("07.C6", "number", "RMSNorm with γ = 1 and ε = 0 applied to the token (3, 3, 3, 3): what "
+    _q("07.C14", "number", "RMSNorm with γ = 1 and ε = 0 applied to the token (3, 3, 3, 3): what "
        "is its first output?", 1,
        "The root mean square of (3, 3, 3, 3) is 3, so every feature becomes 3 / 3 = 1; nothing "
        "is subtracted.",
@@ -313,11 +366,13 @@ def chapter_questions(chapter: str) -> list[Question]:
 
 
 # Where a split chapter asks its questions (tests/test_concepts.py reads the notebooks to check
-# it). A notebook key not listed here asks none (02b, 06b, 07c); a chapter key ("04", or "07"
+# it). A notebook key not listed here asks none (02b, 06b); a chapter key ("04", or "07"
 # for a whole split chapter) asks all of its chapter's questions.
 NOTEBOOK_QUESTIONS = {
     "02a": ("02.C1", "02.C2", "02.C3"), "06a": ("06.C1", "06.C2", "06.C3"),
-    "07a": ("07.C1", "07.C2"), "07b": ("07.C3",), "07d": ("07.C4", "07.C5", "07.C6"),
+    "07a": ("07.C1", "07.C2"), "07b": ("07.C3", "07.C4"), "07c": ("07.C5",), "07d": ("07.C6",),
+    "07e": ("07.C7", "07.C8"), "07f": ("07.C9",), "07g": ("07.C10", "07.C11"),
+    "07h": ("07.C12", "07.C13", "07.C14"),
     "08a": ("08.C1",), "08b": ("08.C2", "08.C3"),
     "09a": ("09.C1", "09.C2"), "09b": ("09.C3",),
 }

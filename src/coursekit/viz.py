@@ -96,6 +96,38 @@ def plot_history(*histories: Any, labels: Sequence[str] = (), ax: plt.Axes | Non
     return ax
 
 
+def flow_diagram(boxes: Sequence[str], repeat: tuple[int, int, str] | None = None,
+                 notes: dict[int, str] | None = None, ax: plt.Axes | None = None,
+                 title: str | None = None) -> plt.Axes:
+    """An architecture drawn as data flowing up through ``boxes`` (listed from the input up).
+
+    ``repeat=(first, last, "× L")`` draws a bracket around boxes ``first..last`` (a stacked block);
+    ``notes`` maps a box's index to a line written to its right (a shape, a remark).
+    """
+    notes = notes or {}
+    n = len(boxes)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 0.62 * n + 0.6))
+    for i, text in enumerate(boxes):
+        ax.text(0.0, i, text, ha="center", va="center", fontsize=9,
+                bbox=dict(boxstyle="round,pad=0.35", fc="#E8F1F8" if i not in (0, n - 1) else "white",
+                          ec="#0072B2"))
+        if i:
+            ax.annotate("", xy=(0.0, i - 0.3), xytext=(0.0, i - 0.7),
+                        arrowprops=dict(arrowstyle="->", color="black"))
+        if i in notes:
+            ax.text(1.05, i, notes[i], ha="left", va="center", fontsize=8, color="#444444")
+    if repeat is not None:
+        first, last, label = repeat
+        ax.plot([-1.05, -1.15, -1.15, -1.05], [first - 0.4, first - 0.4, last + 0.4, last + 0.4], c="#D55E00")
+        ax.text(-1.2, (first + last) / 2, label, ha="right", va="center", fontsize=10, color="#D55E00")
+    ax.set(xlim=(-1.6, 2.6), ylim=(-0.6, n - 0.4))
+    ax.axis("off")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
 def figure_png(fig: plt.Figure, dpi: int = 80) -> str:
     """A figure as base64 PNG text; the figure is closed."""
     buffer = io.BytesIO()

@@ -59,11 +59,16 @@ def encode(sentences: Sequence[Sequence[str]], pairs: Sequence[Sequence[str]] | 
 def mask_tokens(ids: Tensor, special: Tensor, mask_id: int, vocab_size: int,
                 generator: torch.Generator | None = None, p: float = 0.15,
                 ) -> tuple[Tensor, Tensor]:
-    """BERT's masked-language-model corruption (Devlin et al., 2019, §3.1).
+    """BERT's masked-language-model corruption (the 80/10/10 rule of Devlin et al., 2019, §3.1).
 
-    Each non-special position is picked with probability p (BERT's 15 %), independently. Of the picked
-    positions, 80 % become ``[MASK]``, 10 % a token drawn uniformly from the whole vocabulary,
-    10 % stay as they are; the model must recover the original at every picked position.
+    Each non-special position is picked with probability p, independently, as Hugging Face's
+    ``DataCollatorForLanguageModeling`` does (so a sentence may have no position picked, or
+    more than 15 % of them). BERT's own ``create_pretraining_data.py`` picks a fixed count
+    instead: ``min(max_predictions_per_seq, max(1, round(len(tokens) * 0.15)))`` positions of
+    each sequence (its tokens counted with [CLS] and [SEP], which are never picked), the first
+    ones of a shuffled list. Of the picked positions, 80 % become ``[MASK]``, 10 % a token
+    drawn uniformly from the whole vocabulary, 10 % stay as they are; the model must recover the
+    original at every picked position.
 
     ids: (B, N) long; special: (B, N) bool, True where a position may never be picked
     ([CLS], [SEP], [PAD]) -> inputs (B, N), labels (B, N): the original id at the picked
@@ -100,7 +105,19 @@ def pair_position(sentence: Sentence, index: int) -> int:
 def nsp_pairs(sentences: Sequence[Sentence], rng: random.Random,
               ) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]], Tensor]:
     """Next-sentence prediction over split sentences: each A is followed by its own B (label 1,
-    IsNext) or, half of the time, by the B of a random other sentence (label 0, NotNext)."""
+    IsNext) or, half of the time, by the B of a sentence drawn uniformly from ``sentences``
+    (label 0, NotNext).
+
+    The draw does not exclude the sentence itself, nor other sentences with the same ending
+    (the BERT notebook's 20,000 training sentences have 128 distinct B's), so a NotNext pair is now
+    and then the true continuation word for word: 2 of the 255 NotNext pairs of the notebook's
+    held-out pairs, about 2 % of those in its training batches of 64. They are a few of the
+    NotNext pairs whose B happens to fit A (the grammar accepts A + B), which no model can tell
+    from IsNext. (BERT's own ``create_pretraining_data.py`` takes a NotNext B from another
+    document.) The draw is kept as it is because the shipped checkpoint (``bert_pretrained``)
+    was trained and measured on it: excluding the true continuation changes every batch, and a
+    model retrained that way learned the pronoun at another step than the one the notebook shows.
+    """
     firsts, seconds, labels = [], [], []
     for s in sentences:
         first, second = split(s)

@@ -1,4 +1,4 @@
-"""Chapter 7b's BERT pre-trained at a longer budget, shipped with the package.
+"""The BERT notebook's model pre-trained at a longer budget, shipped with the package.
 
 The chapter pre-trains its BERT (masked LM + next-sentence prediction) for 400 steps of 64 pairs
 in the quick profile. At that budget BERT already predicts what the words on the right reveal

@@ -14,8 +14,11 @@ been shown with probability k / domain, and 0 shots is chance, 1 / n_values.
 That is in-context *retrieval*: an example says nothing about an input it does not show.
 :class:`ClassTask` is the family where it does: the inputs fall into fixed classes, the same in
 every sequence, and each sequence draws its own label per class, so a query that was not shown
-is answered by an example of its class (a small cousin of Chan et al. 2022's in-context
-classification, whose test classes, unlike these, were never seen in training).
+is answered by an example of its class. It is related to the in-context classification studied by
+Chan et al. 2022, with real differences: there, each class is many images and its label is fixed
+across training sequences (in-context learning came from bursty sequences), and the test
+classes are new; here each class is four symbols, its label is drawn afresh for every sequence
+(as in meta-training), and the classes are the same at test time.
 
 Token ids: input symbols ``0 .. n_keys-1``, output symbols ``n_keys .. n_keys+n_values-1``.
 """

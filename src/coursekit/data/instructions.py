@@ -2,13 +2,17 @@
 
 Both are built on the synthetic language (:mod:`coursekit.data.language`), word by word.
 
-**Span corruption** (Raffel et al., 2020, §3.1.4): drop about 15 % of a sentence's tokens in
-spans of mean length 3; the encoder reads the sentence with each dropped span replaced by one
+**Span corruption** (Raffel et al., 2020, §3.1.4): drop about 15 % of a text's tokens in
+spans of mean length 3; the encoder reads the text with each dropped span replaced by one
 sentinel ``<extra_id_k>``, the decoder writes the dropped spans, each behind its sentinel::
 
     the old dog was hungry because its fur was dry .
-    input : the old dog <extra_id_0> because its fur <extra_id_1> .
-    target: <extra_id_0> was hungry <extra_id_1> was dry <extra_id_2>
+    input : the old dog was <extra_id_0> its fur was dry .
+    target: <extra_id_0> hungry because <extra_id_1>
+
+The language's sentences are 10 to 17 tokens long, so :func:`random_spans_noise_mask` drops
+round(0.15 · N) = 2 tokens (3 at N = 17) in one span: only ``<extra_id_0>`` and ``<extra_id_1>``
+occur in the book's pre-training. Longer inputs get several spans (exercise 07.10's cases).
 
 **Instruction tasks** (in the spirit of FLAN, Wei et al., 2022; Chung et al., 2022): five tasks
 read from the grammar, each asked with five phrasings (*frames*) that share their words across
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from coursekit.data.language import LEXICON, Sentence, words
+from coursekit.data.language import LEXICON, Sentence, noun_info, words
 from coursekit.data.vocab import Vocab
 
 N_SENTINELS = 16
@@ -148,6 +152,31 @@ def task_item(task: str, rng: random.Random, sentences: Sequence[Sentence]
     raise ValueError(f"unknown task {task!r}: choose one of {TASKS}")
 
 
+def answer(task: str, x: Sequence[str], sentences: Sequence[Sentence] = ()
+           ) -> tuple[str, ...] | None:
+    """The answer of ``task`` for the content ``x``, or None where the task does not apply to it:
+    a word task on anything but one noun, ``plural`` of a plural or ``singular`` of a singular
+    noun, a sentence task on a sentence not in ``sentences``. Asking one task's content in
+    another task's frame (notebook 07c) needs both tasks' answers."""
+    x = tuple(x)
+    if task in ("plural", "singular", "category"):
+        if len(x) != 1 or x[0] not in noun_info():
+            return None
+        category, plural = noun_info()[x[0]]
+        if task == "category":
+            return (category,)
+        if plural == (task == "plural"):
+            return None
+        pair = next(pair for pair in LEXICON[category][0] if x[0] in pair)
+        return (pair[task == "plural"],)
+    if task not in ("antecedent", "subject", "verb"):
+        raise ValueError(f"unknown task {task!r}: choose one of {TASKS}")
+    s = next((s for s in sentences if s.tokens == x), None)
+    if s is None:
+        return None
+    return (s.tokens[{"antecedent": s.antecedent, "subject": s.subject, "verb": s.verb}[task]],)
+
+
 def phrase(task: str, frame: int, x: Sequence[str]) -> tuple[str, ...]:
     """The prompt: frame ``frame`` of :data:`FRAMES` with the task's word and the content."""
     out: list[str] = []
@@ -187,7 +216,7 @@ def span_corruption_batch(vocab: Vocab, sentences: Sequence[Sentence], generator
                           corrupt: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
                           = span_corruption) -> tuple[Tensor, Tensor]:
     """Span-corrupted sentences -> encoder ids (B, N_s) and labels (B, N_t) (with ``<eos>``,
-    -100 at padding). ``corrupt`` is :func:`span_corruption` or the reader's own (exercise 07.4)."""
+    -100 at padding). ``corrupt`` is :func:`span_corruption` or the reader's own (exercise 07.10)."""
     sentinels = torch.tensor(vocab.encode(SENTINELS))
     inputs, targets = [], []
     for s in sentences:

@@ -188,7 +188,7 @@ def describe_isolation(facts: dict, found: dict, limits: Limits) -> dict:
 def _chapter_for(ctx: Context, parsed, filename: str, default: str | None,
                  forced: str | None) -> str | None:
     """What to grade a submission as: ``--chapter``, else the notebook or chapter its tagged
-    exercise cells belong to, else its file name (``07b_bert.ipynb``), else the class's."""
+    exercise cells belong to, else its file name (``07f_bert.ipynb``), else the class's."""
     if forced:
         return forced
     declared = ctx.key_for(parsed.exercise_ids()) if parsed else None

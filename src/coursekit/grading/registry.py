@@ -3,7 +3,7 @@
 Each chapter's suites live in ``coursekit.grading.suites.chNN`` as a module-level ``SUITES`` list;
 new chapters are picked up without editing this file. A chapter whose exercises span several
 notebooks has one module per notebook (``ch07a``, ``ch07b``, ...): a submission of
-``07b_bert.ipynb`` is then graded on that notebook's exercises only.
+``07f_bert.ipynb`` is then graded on that notebook's exercises only.
 """
 
 from __future__ import annotations

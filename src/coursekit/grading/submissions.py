@@ -471,7 +471,7 @@ def plan(parsed: Parsed, exercises: list[tuple[str, str]]) -> tuple[dict[str, Ex
 
 def chapter_from_filename(filename: str) -> str | None:
     """``"03"`` for ``03_self_attention.ipynb``; ``"07b"`` for a chapter's later notebook such as
-    ``07b_bert.ipynb`` (graded on that notebook's exercises, or on its chapter's when the chapter
+    ``07f_bert.ipynb`` (graded on that notebook's exercises, or on its chapter's when the chapter
     keeps them all in its first notebook)."""
     match = re.match(r"(\d\d[a-z]?)_", filename)
     return match.group(1) if match else None

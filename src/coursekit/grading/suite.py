@@ -75,7 +75,7 @@ class Suite:
     # the parameters of ``solution`` when there is no ``call`` adapter.
     arg_names: tuple[str, ...] = ()
     # The notebook that holds the exercise when a chapter's exercises span several notebooks
-    # ("07b" for 07b_bert.ipynb). The registry sets it from the suites module's name (``ch07b``);
+    # ("07f" for 07f_bert.ipynb). The registry sets it from the suites module's name (``ch07f``);
     # empty for a chapter whose exercises all live in its first notebook.
     notebook: str = ""
     # ``observe(expected, got) -> str``: what is observably wrong in a failing case's outputs

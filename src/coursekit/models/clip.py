@@ -201,7 +201,7 @@ def clip_from_hf(hf_model: nn.Module) -> CLIP:
         "text_projection.weight": hf_model.text_projection.weight,
         "logit_scale": hf_model.logit_scale,
     }
-    state.update({f"visual.{k}": w for k, w in encoder_layers_from_hf(v.encoder.layers, clip=True).items()})
-    state.update({f"text.{k}": w for k, w in encoder_layers_from_hf(t.encoder.layers, clip=True).items()})
+    state.update({f"visual.{k}": w for k, w in encoder_layers_from_hf(v).items()})
+    state.update({f"text.{k}": w for k, w in encoder_layers_from_hf(t).items()})
     model.load_state_dict({k: w.detach().clone() for k, w in state.items()}, strict=True)
     return model.eval()

@@ -243,7 +243,7 @@ def hf_config(model: Llama, max_len: int = 2048):
                   num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
                   num_key_value_heads=c["n_kv_heads"], hidden_act="silu", rms_norm_eps=c["eps"],
                   max_position_embeddings=max_len, tie_word_embeddings=c["tie_embeddings"],
-                  rope_parameters={"rope_type": "default", "rope_theta": c["rope_base"]},
+                  rope_theta=c["rope_base"],  # Transformers 4 and 5 (5 files it in rope_parameters)
                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if c["qkv_bias"]:
         return Qwen2Config(**common, use_sliding_window=False)

@@ -1,21 +1,24 @@
 """T5 (Raffel et al., 2020), the text-to-text encoder–decoder, built from the book's blocks.
 
 The blocks are Chapter 6's :class:`~coursekit.transformer.EncoderBlock` and
-:class:`~coursekit.transformer.DecoderBlock`, Pre-LN, with T5's four departures from the 2017
-Transformer::
+:class:`~coursekit.transformer.DecoderBlock`, Pre-LN, with T5's five departures from the 2017
+Transformer (the table of notebook 07c)::
 
-    x = x + MHA(RMSNorm(x))       # RMSNorm: no mean, no β, ε = 1e-6 (T5LayerNorm)
-    x = x + FFN(RMSNorm(x))       # W₂ ReLU(W₁ x): no biases anywhere
-    scores = Q Kᵀ + b(j − i)      # no 1/√d_head; b is Chapter 5's bucketed relative bias
+    x = x + MHA(RMSNorm(x))       # 1. RMSNorm: no mean, no shift δ, ε = 1e-6 (T5LayerNorm)
+    x = x + FFN(RMSNorm(x))       # 2. W₂ ReLU(W₁ x): no biases anywhere
+    scores = Q Kᵀ + b(j − i)      # 3. no 1/√d_head (W^Q's initialisation is that much smaller)
 
-- the relative bias b is *one* table per stack (bidirectional buckets in the encoder, causal ones
-  in the decoder), computed once from the lengths and added in every layer — Hugging Face keeps
-  the table in the first block of each stack and passes its output on;
-- no position is embedded: the relative bias is all T5 knows about order;
-- one embedding table ``shared`` for encoder input, decoder input and output; the output layer is
-  that table, applied to the decoder's output scaled by d_model^-1/2 (T5 v1.0,
-  ``T5ForConditionalGeneration`` with ``tie_word_embeddings=True``);
-- the decoder starts from the padding id (``decoder_start_token_id = pad = 0``).
+4. positions: no position is embedded; the relative bias b (Chapter 5's buckets) is all T5 knows
+   about order, and it is *one* table per stack (bidirectional buckets in the encoder, causal
+   ones in the decoder), computed once from the lengths and added in every layer (Raffel et al.,
+   §2.1: shared across layers "for efficiency") — Hugging Face keeps the table in the first block
+   of each stack and passes its output on;
+5. the output layer: one embedding table ``shared`` for encoder input, decoder input and output;
+   the output layer is that table, applied to the decoder's output scaled by d_model^-1/2 (T5
+   v1.0, ``T5ForConditionalGeneration`` with ``tie_word_embeddings=True``), where the 2017
+   Transformer multiplies the embeddings by √d_model instead.
+
+The decoder starts from the padding id (``decoder_start_token_id = pad = 0``).
 
 :func:`hf_config` and :func:`to_hf_state_dict` / :func:`from_hf_state_dict` map a model to and
 from ``transformers.T5ForConditionalGeneration`` (Hugging Face's separate W^Q, W^K, W^V are

@@ -209,28 +209,25 @@ def interpolate_pos_embed(pos_embed: Tensor, new_grid: tuple[int, int],
 # ----------------------------------------------------------------------------- Hugging Face
 
 
-def encoder_layers_from_hf(layers: nn.ModuleList, *, clip: bool) -> dict[str, Tensor]:
-    """The blocks of a HF ViT (``clip=False``) or CLIP encoder (``clip=True``), transformers 5.x, under
-    coursekit's names: q, k, v concatenated into the packed ``in_proj`` (W^Q; W^K; W^V)."""
+def encoder_layers_from_hf(hf_encoder: nn.Module) -> dict[str, Tensor]:
+    """The blocks of a HF ViT, ViTMAE or CLIP tower under coursekit's names: q, k, v concatenated
+    into the packed ``in_proj`` (W^Q; W^K; W^V). ``hf_encoder`` is anything
+    :func:`coursekit.hf_compat.vit_layers` reads (the model, the tower or its list of layers),
+    which knows the layouts of Transformers 4 and 5."""
+    from coursekit.hf_compat import vit_layers
+
     state = {}
-    for i, layer in enumerate(layers):
-        if clip:
-            a = layer.self_attn
-            qkv, out = [a.q_proj, a.k_proj, a.v_proj], a.out_proj
-            norm1, norm2 = layer.layer_norm1, layer.layer_norm2
-        else:
-            a = layer.attention
-            qkv, out = [a.q_proj, a.k_proj, a.v_proj], a.o_proj
-            norm1, norm2 = layer.layernorm_before, layer.layernorm_after
-        fc1, fc2 = layer.mlp.fc1, layer.mlp.fc2
+    for i, layer in enumerate(vit_layers(hf_encoder)):
+        qkv = [layer.q, layer.k, layer.v]
         p = f"encoder.layers.{i}."
         state[p + "self_attn.in_proj.weight"] = torch.cat([m.weight for m in qkv])
         state[p + "self_attn.in_proj.bias"] = torch.cat([m.bias for m in qkv])
-        state[p + "self_attn.out_proj.weight"], state[p + "self_attn.out_proj.bias"] = out.weight, out.bias
-        state[p + "norm1.weight"], state[p + "norm1.bias"] = norm1.weight, norm1.bias
-        state[p + "norm2.weight"], state[p + "norm2.bias"] = norm2.weight, norm2.bias
-        state[p + "ff.linear1.weight"], state[p + "ff.linear1.bias"] = fc1.weight, fc1.bias
-        state[p + "ff.linear2.weight"], state[p + "ff.linear2.bias"] = fc2.weight, fc2.bias
+        state[p + "self_attn.out_proj.weight"] = layer.o.weight
+        state[p + "self_attn.out_proj.bias"] = layer.o.bias
+        state[p + "norm1.weight"], state[p + "norm1.bias"] = layer.norm1.weight, layer.norm1.bias
+        state[p + "norm2.weight"], state[p + "norm2.bias"] = layer.norm2.weight, layer.norm2.bias
+        state[p + "ff.linear1.weight"], state[p + "ff.linear1.bias"] = layer.fc1.weight, layer.fc1.bias
+        state[p + "ff.linear2.weight"], state[p + "ff.linear2.bias"] = layer.fc2.weight, layer.fc2.bias
     return state
 
 
@@ -251,7 +248,7 @@ def vit_from_hf(hf_model: nn.Module) -> ViT:
         "cls_token": emb.cls_token, "pos_embed": emb.position_embeddings,
         "encoder.norm.weight": vit.layernorm.weight, "encoder.norm.bias": vit.layernorm.bias,
         "head.weight": hf_model.classifier.weight, "head.bias": hf_model.classifier.bias,
-        **encoder_layers_from_hf(vit.layers, clip=False),
+        **encoder_layers_from_hf(vit),
     }
     model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
     return model.eval()

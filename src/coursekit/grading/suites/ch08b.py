@@ -5,9 +5,9 @@ the text tower's pooling at the first end-of-text token (against ``CLIPTextTrans
 The reference is a line-by-line transcription of what ``transformers.CLIPModel`` computes with
 ``return_loss=True`` from its two towers' outputs (``get_image_features``,
 ``get_text_features``): normalise both, ``logits_per_text = exp(logit_scale) · T Iᵀ``, then
-``image_text_contrastive_loss`` (the mean of the cross-entropy over the rows and over the
-columns). It is kept free of the ``transformers`` import so that a check stays instant;
-``tests/test_ch08_vit_clip.py`` proves it equal to the original on every case.
+``image_text_contrastive_loss`` (``clip_loss`` in Transformers 4; the mean of the cross-entropy
+over the rows and over the columns). It is kept free of the ``transformers`` import so that a
+check stays instant; ``tests/test_ch08_vit_clip.py`` proves it equal to the original on every case.
 
 ``zero_shot_logits``'s reference ensembles the prompts as CLIP does (Radford et al. 2021, §3.1.4:
 each prompt's embedding normalised, averaged over the prompts, the mean renormalised), then

@@ -2,7 +2,7 @@
 
 from grading_corpus import INPLACE, alt, bug
 
-# ----------------------------------------------------------------------------- 07.8 shift_right
+# ----------------------------------------------------------------------------- 07.9 shift_right
 SR = "def shift_right(labels, start_id=0, pad_id=0):\n"
 SR_START = "    start = torch.full((labels.shape[0], 1), start_id, dtype=labels.dtype)\n"
 SR_FILL = "    return shifted.masked_fill(shifted == -100, pad_id)\n"
@@ -64,7 +64,7 @@ SHIFT_RIGHT = [
 
 VARIANTS: list = [*SHIFT_RIGHT]
 
-# ----------------------------------------------------------------------------- 07.9 position_bias
+# ----------------------------------------------------------------------------- 07.8 position_bias
 # relative_position_bucket is Exercise 05.2, which the notebook imports from coursekit: the grader
 # provides it (an import of coursekit inside the cell is refused by the batch grader).
 PB = "def position_bias(table, n_q, n_k, bidirectional=True, max_distance=128):\n"

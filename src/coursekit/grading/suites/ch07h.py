@@ -19,7 +19,7 @@ from coursekit.grading.suite import Case, Mutant, Suite, backward, load_paramete
 from coursekit.models import llama
 from coursekit.transformer import rms_norm
 
-# ----------------------------------------------------------------------------- 07.10 rms_norm
+# ----------------------------------------------------------------------------- 07.11 rms_norm
 
 
 def torch_rms_norm(x, weight, eps=1e-6):
@@ -84,7 +84,7 @@ RMS_CASES = [
          hint="Compute in the input's dtype: a float64 input gives a float64 output."),
 ]
 
-# ----------------------------------------------------------------------------- 07.11 SwiGLU
+# ----------------------------------------------------------------------------- 07.12 SwiGLU
 
 SWIGLU_NAMES = ("gate_proj.weight", "up_proj.weight", "down_proj.weight")
 
@@ -154,7 +154,7 @@ SWIGLU_CASES = [
     Case("inputs of magnitude 10", _swiglu_case(2, 3, 8, 16, scale=10.0), grad=False),
 ]
 
-# ----------------------------------------------------------------------------- 07.12 grouped_query_attention
+# ----------------------------------------------------------------------------- 07.13 grouped_query_attention
 
 
 def torch_gqa(q, k, v, mask=None):
@@ -229,7 +229,7 @@ GQA_CASES = [
 
 SUITES = [
     Suite(
-        exercise="07.10",
+        exercise="07.11",
         name="rms_norm",
         points=2,
         reference=torch_rms_norm,
@@ -263,7 +263,7 @@ SUITES = [
         ],
     ),
     Suite(
-        exercise="07.11",
+        exercise="07.12",
         name="SwiGLU",
         points=3,
         reference=hf_swiglu,
@@ -299,7 +299,7 @@ SUITES = [
         ],
     ),
     Suite(
-        exercise="07.12",
+        exercise="07.13",
         name="grouped_query_attention",
         points=3,
         reference=torch_gqa,

@@ -1,5 +1,5 @@
-'''Corpus of plausible student code for the exercises of 07d (see grading_corpus.py): 07.10
-``rms_norm``, 07.11 ``SwiGLU``, 07.12 ``grouped_query_attention``. One bug per suite mutant, bugs
+'''Corpus of plausible student code for the exercises of 07d (see grading_corpus.py): 07.11
+``rms_norm``, 07.12 ``SwiGLU``, 07.13 ``grouped_query_attention``. One bug per suite mutant, bugs
 the mutants did not foresee, and correct alternatives. Each bug's ``expect`` was written from the
 bug itself, as the words a hint must use to name it.
 '''
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from grading_corpus import INPLACE, alt, bug
 
-# ----------------------------------------------------------------------------- 07.10 rms_norm
+# ----------------------------------------------------------------------------- 07.11 rms_norm
 RN = "def rms_norm(x, weight, eps=1e-6):\n"
 MS = "x.pow(2).mean(dim=-1, keepdim=True)"
 
@@ -46,7 +46,7 @@ RMS = [
         "    return norm(x) * weight\n"),
 ]
 
-# ----------------------------------------------------------------------------- 07.11 SwiGLU
+# ----------------------------------------------------------------------------- 07.12 SwiGLU
 SW = '''class SwiGLU(nn.Module):
     def __init__(self, d_model, d_ff):
         super().__init__()
@@ -93,7 +93,7 @@ SWIGLU = [
         + "        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))\n"),
 ]
 
-# ----------------------------------------------------------------------------- 07.12 grouped_query_attention
+# ----------------------------------------------------------------------------- 07.13 grouped_query_attention
 GQ = "def grouped_query_attention(q, k, v, mask=None):\n    g = q.shape[1] // k.shape[1]\n"
 ATTEND = '''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:

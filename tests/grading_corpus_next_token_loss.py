@@ -1,5 +1,5 @@
 '''Corpus of plausible student code for the new exercises of 07a (see grading_corpus.py):
-07.7 ``next_token_loss``. One bug per suite mutant, bugs the mutants did not foresee, and correct
+07.2 ``next_token_loss``. One bug per suite mutant, bugs the mutants did not foresee, and correct
 alternatives. Each bug's ``expect`` was written from the bug itself, as the words a hint must use
 to name it.
 '''
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from grading_corpus import INPLACE, alt, bug
 
-# ----------------------------------------------------------------------------- 07.7 next_token_loss
+# ----------------------------------------------------------------------------- 07.2 next_token_loss
 NT = "def next_token_loss(logits, ids, pad_id=0):\n"
 V_ = "    V = logits.shape[-1]\n"
 

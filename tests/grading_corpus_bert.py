@@ -1,5 +1,5 @@
 '''Corpus of plausible student code for the new exercises of 07b (see grading_corpus.py):
-07.5 ``mlm_loss`` and 07.6 ``ClsHead``. One bug per suite mutant, bugs the mutants did not
+07.6 ``mlm_loss`` and 07.7 ``ClsHead``. One bug per suite mutant, bugs the mutants did not
 foresee, and correct alternatives. Each bug's ``expect`` was written from the bug itself, as the
 words a hint must use to name it.
 '''
@@ -17,7 +17,7 @@ def sub(source: str, *pairs: tuple[str, str]) -> str:
     return source
 
 
-# ----------------------------------------------------------------------------- 07.5 mlm_loss
+# ----------------------------------------------------------------------------- 07.6 mlm_loss
 ML = "def mlm_loss(logits, labels):\n"
 ML_CE = ML + "    return F.cross_entropy(logits.flatten(0, 1), labels.flatten())\n"
 STABLE = ("log_softmax", "log-softmax", "overflow")
@@ -104,7 +104,7 @@ MLM = [
         "    return loss / (labels != -100).sum()\n"),
 ]
 
-# ----------------------------------------------------------------------------- 07.6 ClsHead
+# ----------------------------------------------------------------------------- 07.7 ClsHead
 CH = '''class ClsHead(nn.Module):
     """BERT's [CLS] head: tanh pooler, dropout, linear classifier."""
 
