@@ -47,7 +47,7 @@ the rest. The submission's ``pooler`` and ``classifier`` parameters are loaded i
 dense layer and the classifier; outputs and the gradients of the hidden states and of the four
 parameters are compared. coursekit's version (the ``solution`` the chapter continues with) is
 :class:`coursekit.models.bert.ClsHead`, the pooler of :meth:`Bert.pooled` (which
-``tests/test_ch07f_bert.py`` holds to ``BertModel``'s ``pooler_output``) with dropout and a linear
+``tests/test_ch07b_bert.py`` holds to ``BertModel``'s ``pooler_output``) with dropout and a linear
 layer.
 """
 

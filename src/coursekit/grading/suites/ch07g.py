@@ -6,7 +6,7 @@ The authority is the span-corruption code of Hugging Face's T5 pre-training exam
 ``filter_input_ids``), transcribed to torch for one sequence. There, sentinel k is the id
 ``len(tokenizer) − 1 − k``; here it is ``sentinels[k]``, and no ``<eos>`` is appended. The targets
 are the same two functions applied to the inverted mask, which is why they end with one more
-sentinel exactly when the sequence ends with a kept token. ``tests/test_ch07g_t5.py`` checks it on
+sentinel exactly when the sequence ends with a kept token. ``tests/test_ch07c_t5.py`` checks it on
 the published examples (the T5 paper's Figure 2, the Hugging Face T5 page).
 
 The authority for ``shift_right`` is Hugging Face's ``T5PreTrainedModel._shift_right``, called on
