@@ -11,6 +11,7 @@ Run with ``-s`` to see the figures.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import linecache
 import re
@@ -32,28 +33,14 @@ from coursekit.grading.worker_pool import Limits
 from coursekit.release import exercises
 
 sys.path.insert(0, str(Path(__file__).parent))
-import grading_corpus  # noqa: E402
-import grading_corpus_bert  # noqa: E402
-import grading_corpus_ch05_06  # noqa: E402
-import grading_corpus_ch07_09  # noqa: E402
-import grading_corpus_clip  # noqa: E402
-import grading_corpus_dpo  # noqa: E402
-import grading_corpus_lora  # noqa: E402
-import grading_corpus_modern_decoder  # noqa: E402
-import grading_corpus_next_token_loss  # noqa: E402
-import grading_corpus_qlora  # noqa: E402
-import grading_corpus_t5  # noqa: E402
-import grading_corpus_vit  # noqa: E402
+# Every corpus module in tests/ (grading_corpus*.py, named by what it covers), each with its
+# VARIANTS: a new module is picked up without being listed here.
+CORPUS = [importlib.import_module(path.stem)
+          for path in sorted(Path(__file__).parent.glob("grading_corpus*.py"))]
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = all_suites()
-VARIANTS = [*grading_corpus.VARIANTS, *grading_corpus_ch05_06.VARIANTS,
-            *grading_corpus_ch07_09.VARIANTS, *grading_corpus_dpo.VARIANTS,
-            *grading_corpus_next_token_loss.VARIANTS,
-            *grading_corpus_bert.VARIANTS, *grading_corpus_t5.VARIANTS,
-            *grading_corpus_modern_decoder.VARIANTS,
-            *grading_corpus_vit.VARIANTS, *grading_corpus_clip.VARIANTS,
-            *grading_corpus_lora.VARIANTS, *grading_corpus_qlora.VARIANTS]
+VARIANTS = [variant for module in CORPUS for variant in module.VARIANTS]
 # What a submission is graded as: a chapter ("03") or, where a chapter spans notebooks with
 # exercises of their own, a notebook ("07b").
 CHAPTERS = sorted({suite.key for suite in SUITES.values()})

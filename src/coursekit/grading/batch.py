@@ -106,7 +106,7 @@ def fingerprint(suites: dict[str, Suite], limits: Limits, extra: Path | None,
         digest.update(path.name.encode() + path.read_bytes())
     for suite in suites.values():
         digest.update(repr((suite.exercise, suite.name, suite.points, suite.atol, suite.rtol,
-                            [(c.name, c.points) for c in suite.cases])).encode())
+                            [(c.name, c.points, c.atol, c.rtol) for c in suite.cases])).encode())
     digest.update(json.dumps(dataclasses.asdict(limits), sort_keys=True).encode())
     if concept_points:
         digest.update(f"concept points {concept_points!r}".encode())

@@ -37,6 +37,99 @@ class Case:
     # Whether the suite's gradients are compared on this case too (not where the inputs are
     # numerically extreme on purpose: float32 gradients there are noise).
     grad: bool = True
+    # Tolerances of this case where they differ from the suite's (a float16 or bfloat16 case
+    # rounds at 1e-3 or 1e-2 of the values): None keeps the suite's.
+    atol: float | None = None
+    rtol: float | None = None
+
+    def tolerances(self, suite: Suite) -> tuple[float, float]:
+        return (suite.atol if self.atol is None else self.atol,
+                suite.rtol if self.rtol is None else self.rtol)
+
+
+# ----------------------------------------------------------------------------- cases over the contract
+#
+# A suite's cases should cover the range its exercise's contract allows, not only the float32
+# tensors and lists its examples use: a submission that hard-codes float32 constants, or takes
+# one matrix's scale for a whole batch, or indexes a list where a tuple is allowed, must meet a
+# case that tells. These derive such cases from a plain one, so that every suite draws them the
+# same way (issue 48, class 1).
+
+# What float16 and bfloat16 round to: the reference computes in the case's dtype too, so a
+# right answer differs from it by a few units in the last place (eps 9.8e-4 and 7.8e-3).
+LOW_PRECISION = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
+
+
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if type(value) in (tuple, list):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    if type(value) is dict:
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
+def derived(case: Case, name: str, transform: Callable[[tuple], tuple], hint: str = "",
+            **changes: Any) -> Case:
+    """A new case whose arguments are ``transform`` of ``case``'s (the same draw, changed):
+    the building block of the derivations below. ``changes`` override other fields (points,
+    grad, atol, rtol)."""
+    make = case.make
+    fields = dict(points=case.points, grad=case.grad, atol=case.atol, rtol=case.rtol)
+    fields.update(changes)
+    return Case(name, lambda g: transform(make(g)), hint=hint, **fields)
+
+
+def in_dtype(case: Case, dtype: torch.dtype, hint: str = "", only: Sequence[int] | None = None,
+             **changes: Any) -> Case:
+    """``case`` with its floating-point tensors (those at positions ``only``, or all, inside
+    tuples, lists and dicts too) in ``dtype``: the output should come back in the input's
+    dtype, computed without float32 constants forced into it. Low-precision dtypes get their
+    own tolerances unless ``changes`` give others."""
+    def cast(args: tuple) -> tuple:
+        return tuple(_map_tensors(a, lambda t: t.to(dtype) if t.is_floating_point() else t)
+                     if only is None or k in only else a for k, a in enumerate(args))
+    if dtype in LOW_PRECISION:
+        atol, rtol = LOW_PRECISION[dtype]
+        changes = {"atol": atol, "rtol": rtol, "grad": False, **changes}
+    short = str(dtype).removeprefix("torch.")
+    return derived(case, f"{case.name}, in {short}", cast, hint or (
+        f"This case passes {short} tensors: compute in the input's dtype (a constant made with "
+        f"torch.tensor(...) or torch.ones(...) is float32 unless you pass dtype=x.dtype) and "
+        f"return {short}."), **changes)
+
+
+def scaled_batch(case: Case, position: int, factors: Sequence[float], hint: str = "",
+                 **changes: Any) -> Case:
+    """``case`` with batch element b of the tensor argument at ``position`` multiplied by
+    ``factors[b]`` (cycled): matrices of one batch many orders of magnitude apart, so that a
+    scale, a norm or a maximum taken over the whole batch instead of per element shows."""
+    def scale(args: tuple) -> tuple:
+        args = list(args)
+        t = args[position]
+        f = torch.tensor([factors[b % len(factors)] for b in range(t.shape[0])], dtype=t.dtype)
+        args[position] = t * f.reshape(-1, *([1] * (t.dim() - 1)))
+        return tuple(args)
+    shown = ", ".join(f"{f:g}" for f in factors)
+    return derived(case, f"{case.name}, batch elements scaled by {shown}", scale, hint or (
+        "In this case the batch's elements differ in scale by orders of magnitude: whatever "
+        "your code computes per element (a norm, a maximum, a scale) must come from that "
+        "element alone, not from the whole batch."), **changes)
+
+
+def as_container(case: Case, position: int, kind: type, hint: str = "",
+                 **changes: Any) -> Case:
+    """``case`` with the list argument at ``position`` passed as a ``kind`` (tuple, or any
+    other sequence the docstring allows): code that needs a list's methods shows."""
+    def convert(args: tuple) -> tuple:
+        args = list(args)
+        args[position] = kind(args[position])
+        return tuple(args)
+    return derived(case, f"{case.name}, as a {kind.__name__}", convert, hint or (
+        f"This case passes a {kind.__name__} where the others pass a list, as the docstring "
+        "allows: iterate and index it without list-only methods (.append, .copy, +) on the "
+        "argument, or convert it with list(...) first."), **changes)
 
 
 @dataclass(frozen=True)
@@ -660,8 +753,8 @@ def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str | Attempt],
         if got.outputs is None:
             results.append(CaseResult(name, points, 0.0, got.error, None, got.modified))
             continue
-        verdict = (suite.judge or compare)(reference_outputs(suite, i), got.outputs, suite.atol,
-                                           suite.rtol)
+        verdict = (suite.judge or compare)(reference_outputs(suite, i), got.outputs,
+                                           *suite.cases[i].tolerances(suite))
         message = verdict.message
         if got.modified:
             message = in_place_message(got.modified) + ("" if not verdict.ok else
@@ -691,7 +784,7 @@ def _reproduces(suite: Suite, mutant: Mutant, index: int, result: CaseResult) ->
         return result.outputs is None
     if result.outputs is None:
         return False
-    return (suite.judge or compare)(expected, result.outputs, suite.atol, suite.rtol).ok
+    return (suite.judge or compare)(expected, result.outputs, *suite.cases[index].tolerances(suite)).ok
 
 
 def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozenset()) -> str:
@@ -732,7 +825,8 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
     first = next((i for i in failed if results[i].outputs is not None), None)
     try:  # an observation is a bonus: whatever the outputs, it never stops the grading
         related = "" if first is None else relation(reference_outputs(suite, first),
-                                                     results[first].outputs, suite.atol, suite.rtol)
+                                                     results[first].outputs,
+                                                     *suite.cases[first].tolerances(suite))
     except Exception:
         related = ""
     if not related and first is not None and (
