@@ -183,6 +183,12 @@ class Suite:
     # whose outputs are not compared element by element (statistics of a random exercise,
     # compared by a test with a fixed false-alarm rate). Defaults to :func:`compare`.
     judge: Callable[[Outputs, Outputs, float, float], Any] | None = None
+    # What an observation of :func:`relation` (or of ``observe``) implies for this exercise,
+    # where it implies one thing: (regular expression searched in the observation, the
+    # diagnosis). "holds the expected values one position earlier along axis 1" is a guess in
+    # general, but in a next-token loss it can only mean unshifted targets. Only write a reading
+    # that is true of every submission that produces the observation (issue 48, class 4).
+    readings: tuple[tuple[str, str], ...] = ()
 
     @property
     def chapter(self) -> str:
@@ -787,6 +793,12 @@ def _reproduces(suite: Suite, mutant: Mutant, index: int, result: CaseResult) ->
     return (suite.judge or compare)(expected, result.outputs, *suite.cases[index].tolerances(suite)).ok
 
 
+def _reading(suite: Suite, observation: str) -> str:
+    """The diagnosis the suite reads in ``observation`` (its ``readings``), or empty."""
+    return next((said for pattern, said in suite.readings
+                 if observation and re.search(pattern, observation)), "")
+
+
 def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozenset()) -> str:
     """The hint for a failing submission, from the visible cases only.
 
@@ -820,7 +832,7 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                      and (text := suite.observe(reference_outputs(suite, i), results[i].outputs))),
                     "")
         if seen:
-            return f"{sentence(seen)} {sentence(suite.hint or ADVICE)}"
+            return f"{sentence(seen)} {sentence(_reading(suite, seen) or suite.hint or ADVICE)}"
     # what relates the first failing case's output to the expected one, said as an observation
     first = next((i for i in failed if results[i].outputs is not None), None)
     try:  # an observation is a bonus: whatever the outputs, it never stops the grading
@@ -856,6 +868,7 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
     single = len({suite.cases[i].hint for i in probes}) == 1 and len(probes) == len(failed)
     advice = suite.cases[probes[0]].hint if single and "is right, but" not in related \
         else general
+    advice = _reading(suite, observed) or advice
     raised = next((results[i] for i in failed if results[i].outputs is None
                    and results[i].message.startswith("raised ")
                    and "NotImplementedError" not in results[i].message), None)
