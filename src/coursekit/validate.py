@@ -207,6 +207,7 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
         report.write_text(json.dumps({
             "profile": profile, "seeds": seeds, "cell_timeout_s": cell_timeout,
             "device": device[0], "torch": device[1], "python": platform.python_version(),
+            "libraries": libraries(), "commit": commit(),
             "total_seconds": round(total, 1), "complete": len(done) == len(todo),
             "passed": len(done) == len(todo) and all(r.ok for r in done),
             "runs": [asdict(r) | {"ok": r.ok} for r in done], "margins": table}, indent=1) + "\n")
@@ -254,6 +255,35 @@ def summary_markdown(runs: list[Run]) -> str:
         times = [r.seconds for r in group]
         lines.append(f"| {notebook} | {edition} | {ok}/{len(group)} | {min(times):.0f}–{max(times):.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def libraries() -> dict[str, str | None]:
+    """The versions of the libraries the book supports a range of (None: not installed)."""
+    from importlib import metadata
+
+    from coursekit.environment import SUPPORTED
+
+    found = {}
+    for name in SUPPORTED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def commit() -> str | None:
+    """The commit of the repository the notebooks come from, with '+' when it has changes
+    (None outside a git checkout)."""
+    try:
+        here = ROOT
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                              capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head + ("+" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def assert_margins(runs: list[Run]) -> list[dict]:
