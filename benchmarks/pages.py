@@ -22,6 +22,9 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import validation_page  # noqa: E402  (benchmarks/ is not a package)
+
 ROOT = HERE.parent
 PAGE = ROOT / "book" / "performance.md"
 HISTORY = "benchmarks/HISTORY.md"
@@ -301,18 +304,33 @@ def page_text(root: Path = ROOT) -> str:
     return render(files, repository_file_url(HISTORY, root), chapters_now, budget_seconds(root))
 
 
+def validation_text(root: Path = ROOT) -> str:
+    return validation_page.page_text(root, lambda path: repository_file_url(path, root))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="fail if book/performance.md is out of date")
+    parser.add_argument("--check", action="store_true",
+                        help="fail if book/performance.md or book/validation.md is out of date")
+    parser.add_argument("--record", type=Path, metavar="REPORT",
+                        help="keep a coursekit validate report as benchmarks/validation/NAME.json")
+    parser.add_argument("--as", dest="name", help="the kept report's name (with --record)")
     args = parser.parse_args(argv)
-    text = page_text()
+    if args.record:
+        if not args.name:
+            parser.error("--record needs --as NAME")
+        kept = validation_page.record(args.record, args.name)
+        print(f"kept {kept.relative_to(ROOT)}")
+    pages = [(PAGE, page_text()), (validation_page.PAGE, validation_text())]
     if args.check:
-        if PAGE.read_text(encoding="utf-8") != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run python benchmarks/pages.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+        stale = [page for page, text in pages if page.read_text(encoding="utf-8") != text]
+        for page in stale:
+            print(f"{page.relative_to(ROOT)} is out of date: run python benchmarks/pages.py",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    for page, text in pages:
+        page.write_text(text, encoding="utf-8")
+        print(f"wrote {page.relative_to(ROOT)}")
     return 0
 
 

@@ -94,3 +94,82 @@ def test_the_validation_page_is_current_tables_and_links_the_record():
     assert not re.search(r"^#+ \d{4}-\d\d-\d\d", text, re.M), "dated entries belong in the record"
     toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
     assert "book/validation" in toc and "book/performance" in toc and "HISTORY" not in toc
+
+
+# ----------------------------------------------------------------------------- the Validation page
+
+REPORT = {  # what coursekit validate writes, cut to two runs and one assertion
+    "profile": "quick", "seeds": [1000, 1001], "cell_timeout_s": 300,
+    "device": "cpu: 2 cores, x86_64", "torch": "2.13.0+cpu", "python": "3.11.7",
+    "libraries": {"torch": "2.13.0", "transformers": "5.23.0", "peft": "0.21.2",
+                  "bitsandbytes": "0.50.2"},
+    "commit": "abc1234", "date": "2026-12-02 04:00 UTC", "total_seconds": 99.0,
+    "complete": True, "passed": False,
+    "runs": [
+        {"notebook": "01_rnn_recap", "edition": "instructor", "profile": "quick", "seed": 1000,
+         "device": "cpu", "torch": "2.13.0", "seconds": 41.25, "cells_passed": 20,
+         "cells_failed": 0, "cells_skipped": 0, "failure": "",
+         "assert_log": "/tmp/secret/asserts/x.jsonl", "ok": True},
+        {"notebook": "01_rnn_recap", "edition": "instructor", "profile": "quick", "seed": 1001,
+         "device": "cpu", "torch": "2.13.0", "seconds": 43.5, "cells_passed": 19,
+         "cells_failed": 1, "cells_skipped": 0,
+         "failure": "Cell 7: ...\nAssertionError: the LSTM should beat the RNN",
+         "assert_log": "/tmp/secret/asserts/y.jsonl", "ok": False}],
+    "margins": [{"notebook": "01_rnn_recap", "edition": "instructor", "assert": "acc > 0.9",
+                 "seeds": [1000, 1001], "min_margin": -0.05, "max_margin": 0.0625,
+                 "per_seed": {"1000": {"margin": 0.0625, "values": [0.9625, 0.9], "ops": [">"]},
+                              "1001": {"margin": -0.05, "values": [0.85, 0.9], "ops": [">"]}}}],
+}
+
+
+def _root_with(tmp_path, reports):
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    (tmp_path / "solutions").mkdir(exist_ok=True)
+    for nb in ("01_rnn_recap", "02a_bahdanau_attention"):
+        (tmp_path / "solutions" / f"{nb}.ipynb").write_text("{}")
+    for name, report in reports.items():
+        path = tmp_path / f"{name}-report.json"
+        path.write_text(json.dumps(report))
+        pages.validation_page.record(path, name, tmp_path)
+    return tmp_path
+
+
+def test_the_committed_validation_page_is_what_the_kept_reports_give():
+    assert pages.validation_page.PAGE.read_text(encoding="utf-8") == pages.validation_text(), (
+        "book/validation.md differs from what benchmarks/validation/*.json give: run "
+        "`python benchmarks/pages.py` (never edit the page by hand)")
+
+
+def test_a_kept_report_has_no_local_paths_and_every_verdict(tmp_path):
+    root = _root_with(tmp_path, {"fresh-seeds": REPORT})
+    kept = (root / "benchmarks" / "validation" / "fresh-seeds.json").read_text()
+    assert "/tmp/secret" not in kept
+    data = json.loads(kept)
+    assert [r["ok"] for r in data["runs"]] == [True, False]
+    assert data["runs"][1]["failure"] == "AssertionError: the LSTM should beat the RNN"
+    assert data["margins"][0]["margin_per_seed"] == {"1000": 0.0625, "1001": -0.05}
+
+
+def test_the_validation_page_shows_each_reports_figures(tmp_path):
+    root = _root_with(tmp_path, {"fresh-seeds": REPORT})
+    text = pages.validation_text(root)
+    assert "quick, 2 fresh draws (1000, 1001)" in text
+    assert "torch 2.13.0, transformers 5.23.0, peft 0.21.2, bitsandbytes 0.50.2" in text
+    assert "2026-12-02 04:00 UTC, `abc1234` | 1 of 2 runs passed |" in text
+    assert "| 01_rnn_recap | i: **1 of 2 passed**, 41–44 s |" in text
+    assert "| 02a_bahdanau_attention | not run |" in text
+    assert "AssertionError: the LSTM should beat the RNN" in text
+    assert "`acc > 0.9` | 2 | -0.05 | 0.1125 | 0.85 0.9 |" in text
+    assert "the full profile on a GPU, student edition: any notebook" in text
+    changed = json.loads(json.dumps(REPORT))
+    changed["runs"][0]["seconds"] = 12.0
+    assert "i: **1 of 2 passed**, 12–44 s" in pages.validation_text(
+        _root_with(tmp_path, {"fresh-seeds": changed}))
+
+
+def test_without_reports_the_validation_page_has_no_figure(tmp_path):
+    text = pages.validation_page.render([], ["01_rnn_recap"])
+    lines = [line for line in text.splitlines()
+             if not line.startswith(("coursekit", "python benchmarks"))]  # commands' seeds
+    assert not re.findall(r"\d", "\n".join(lines).replace("01_rnn_recap", "").replace("2-core", "")), text
+    assert "No report is kept yet." in text

@@ -208,6 +208,7 @@ def validate(profile: str, seeds: list[int], editions: list[str], only: list[str
             "profile": profile, "seeds": seeds, "cell_timeout_s": cell_timeout,
             "device": device[0], "torch": device[1], "python": platform.python_version(),
             "libraries": libraries(), "commit": commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "total_seconds": round(total, 1), "complete": len(done) == len(todo),
             "passed": len(done) == len(todo) and all(r.ok for r in done),
             "runs": [asdict(r) | {"ok": r.ok} for r in done], "margins": table}, indent=1) + "\n")
@@ -299,17 +300,31 @@ def assert_margins(runs: list[Run]) -> list[dict]:
 
 
 def margins_markdown(table: list[dict], profile: str) -> str:
-    """One row per assertion: its tightest and loosest margin over the seeds, and the values
-    compared under the seed with the tightest margin."""
+    """One row per assertion: its tightest and loosest margin over the seeds, their spread (the
+    largest minus the smallest: how much the draw moves it), and the values compared under the
+    seed with the tightest margin. ‡ marks a margin under a tenth of the spread, with five seeds
+    or more: a fresh draw may well cross the threshold (issue 56)."""
     lines = [f"| notebook | edition | assertion ({profile} profile) | seeds | smallest margin | "
-             "largest margin | values at the smallest |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+             "largest margin | spread | values at the smallest |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for row in table:
         tight = min(row["per_seed"].values(), key=lambda v: v["margin"])
         shown = " ".join(f"{v:.4g}" if v is not None else "?" for v in tight["values"])
         text = row["assert"].replace("|", "\\|")
+        spread = row["max_margin"] - row["min_margin"]
+        flag = " ‡" if tight_margin(row) else ""
         lines.append(f"| {row['notebook']} | {row['edition']} | `{text}` | {len(row['seeds'])} | "
-                     f"{row['min_margin']:.4g} | {row['max_margin']:.4g} | {shown} |")
+                     f"{row['min_margin']:.4g}{flag} | {row['max_margin']:.4g} | {spread:.4g} | "
+                     f"{shown} |")
     return "\n".join(lines) + "\n"
+
+
+def tight_margin(row: dict, seeds: int = 5) -> bool:
+    """Whether an assertion's smallest margin over at least ``seeds`` draws is under a tenth of
+    its spread over them (or negative): the draws put the threshold within reach."""
+    spread = row["max_margin"] - row["min_margin"]
+    return len(row["seeds"]) >= seeds and (row["min_margin"] < 0 or
+                                           row["min_margin"] < 0.1 * spread)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
