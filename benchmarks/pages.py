@@ -159,6 +159,11 @@ def _model_rows(models: dict) -> tuple[list[list[str]], list[list[str]], list[li
         train.append([name, count(r["parameters"]), batch(r["B x N"]), fmt(r["fwd+bwd ratio"]),
                       "same tokens" if r.get("same tokens") else "tokens differ"])
         gen.append([name, fmt(r["gen speed ratio"]), "yes" if r.get("same tokens") else "no"])
+    for r in models.get("models_llama", []):
+        name = f"Llama (LlamaForCausalLM), {r['config']}"
+        train.append([name, count(r["parameters"]), batch(r["B x N"]), fmt(r["fwd+bwd ratio"]),
+                      "same tokens" if r.get("same tokens") else "tokens differ"])
+        gen.append([name, fmt(r["gen speed ratio"]), "yes" if r.get("same tokens") else "no"])
     for r in models.get("models_bert", []):
         train.append([f"BERT, {r['model']}", "—", batch(r["batch"]), fmt(r["ratio"]),
                       f"largest logit difference {r['max_abs_logit_error']:.1e}"])
