@@ -163,15 +163,17 @@ def tightest_rows(reports: list[tuple[str, dict]]) -> list[str]:
             scale = max(values) if values and max(values) > 0 else 1.0
             rows.append((not _tight(m), m["min_margin"] / scale, r["name"], m))
     rows.sort(key=lambda row: (row[0], row[1]))
-    lines = ["| run | notebook | assertion | seeds | smallest margin | spread | values at the smallest |",
-             "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    lines = ["| run | notebook | assertion | seeds | smallest margin | mean margin | spread | "
+             "values at the smallest |", "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for flag, _, name, m in rows[:TIGHTEST]:
         text = m["assert"].replace("|", "\\|")
         shown = " ".join(f"{v:.4g}" if isinstance(v, (int, float)) else "?"
                          for v in m["values_at_smallest"])
         spread = m["max_margin"] - m["min_margin"]
+        mean = sum(m["margin_per_seed"].values()) / len(m["margin_per_seed"])
         lines.append(f"| `{name}` | {m['notebook']} ({m['edition']}) | `{text}` | {len(m['seeds'])} | "
-                     f"{m['min_margin']:.4g}{'' if flag else ' ‡'} | {spread:.4g} | {shown} |")
+                     f"{m['min_margin']:.4g}{'' if flag else ' ‡'} | {mean:.4g} | {spread:.4g} | "
+                     f"{shown} |")
     return lines
 
 

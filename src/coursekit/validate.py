@@ -305,17 +305,19 @@ def margins_markdown(table: list[dict], profile: str) -> str:
     seed with the tightest margin. ‡ marks a margin under a tenth of the spread, with five seeds
     or more: a fresh draw may well cross the threshold (issue 56)."""
     lines = [f"| notebook | edition | assertion ({profile} profile) | seeds | smallest margin | "
-             "largest margin | spread | values at the smallest |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+             "mean margin | largest margin | spread | values at the smallest |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for row in table:
         tight = min(row["per_seed"].values(), key=lambda v: v["margin"])
         shown = " ".join(f"{v:.4g}" if v is not None else "?" for v in tight["values"])
         text = row["assert"].replace("|", "\\|")
         spread = row["max_margin"] - row["min_margin"]
         flag = " ‡" if tight_margin(row) else ""
+        margins = [v["margin"] for v in row["per_seed"].values()]
+        mean = sum(margins) / len(margins)
         lines.append(f"| {row['notebook']} | {row['edition']} | `{text}` | {len(row['seeds'])} | "
-                     f"{row['min_margin']:.4g}{flag} | {row['max_margin']:.4g} | {spread:.4g} | "
-                     f"{shown} |")
+                     f"{row['min_margin']:.4g}{flag} | {mean:.4g} | {row['max_margin']:.4g} | "
+                     f"{spread:.4g} | {shown} |")
     return "\n".join(lines) + "\n"
 
 
