@@ -30,9 +30,9 @@ def report_files(root: Path = ROOT) -> list[Path]:
     return sorted((root / FOLDER).glob("*.json"))
 
 
-def _tight(row: dict) -> bool:
+def _tight(row: dict, seeds: int = 5) -> bool:
     spread = row["max_margin"] - row["min_margin"]
-    return len(row["seeds"]) >= 5 and (row["min_margin"] < 0 or row["min_margin"] < 0.1 * spread)
+    return len(row["seeds"]) >= seeds and (row["min_margin"] < 0 or row["min_margin"] < 0.1 * spread)
 
 
 def compact(report: dict, name: str, modified: float | None = None) -> dict:
@@ -64,9 +64,26 @@ def record(report_path: Path, name: str, root: Path = ROOT) -> Path:
     report = json.loads(report_path.read_text(encoding="utf-8"))
     out = root / FOLDER / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(compact(report, name, os.path.getmtime(report_path)), indent=1,
-                              ensure_ascii=False) + "\n", encoding="utf-8")
+    out.write_text(dumps(compact(report, name, os.path.getmtime(report_path))), encoding="utf-8")
     return out
+
+
+def dumps(kept: dict) -> str:
+    """JSON with one line per key, and one line per run and per assertion: small, and a new
+    report's diff shows what changed."""
+    def one(value) -> str:
+        return json.dumps(value, ensure_ascii=False)
+    lines = ["{"]
+    items = list(kept.items())
+    for k, (key, value) in enumerate(items):
+        end = "," if k < len(items) - 1 else ""
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f" {one(key)}: [")
+            lines += [f"  {one(v)}{',' if j < len(value) - 1 else ''}" for j, v in enumerate(value)]
+            lines.append(f" ]{end}")
+        else:
+            lines.append(f" {one(key)}: {one(value)}{end}")
+    return "\n".join(lines + ["}"]) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,25 +170,33 @@ def failure_lines(reports: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
-def tightest_rows(reports: list[tuple[str, dict]]) -> list[str]:
-    """The assertions closest to failing: those with margins under a tenth of their spread over
-    five or more seeds first, then the smallest margins relative to the compared value."""
-    rows = []
+def tightest_rows(reports: list[tuple[str, dict]], seeds: int = 5) -> list[str]:
+    """The assertions closest to failing over runs of ``seeds`` or more draws (one draw says
+    nothing of the spread): those whose smallest margin is under a tenth of their spread first
+    (‡), then the smallest margins relative to the compared value; each assertion once per run,
+    at its tightest edition."""
+    rows = {}
     for _, r in reports:
         for m in r["margins"]:
+            if len(m["seeds"]) < seeds:
+                continue
             values = [abs(v) for v in m["values_at_smallest"] if isinstance(v, (int, float))]
             scale = max(values) if values and max(values) > 0 else 1.0
-            rows.append((not _tight(m), m["min_margin"] / scale, r["name"], m))
-    rows.sort(key=lambda row: (row[0], row[1]))
+            row = (not _tight(m, seeds), m["min_margin"] / scale, r["name"], m)
+            key = (r["name"], m["notebook"], m["assert"])
+            if key not in rows or row[:2] < rows[key][:2]:
+                rows[key] = row
+    if not rows:
+        return [f"No kept report has an assertion under {seeds} or more seeds yet."]
     lines = ["| run | notebook | assertion | seeds | smallest margin | mean margin | spread | "
              "values at the smallest |", "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
-    for flag, _, name, m in rows[:TIGHTEST]:
+    for flag, _, name, m in sorted(rows.values(), key=lambda row: row[:2])[:TIGHTEST]:
         text = m["assert"].replace("|", "\\|")
         shown = " ".join(f"{v:.4g}" if isinstance(v, (int, float)) else "?"
                          for v in m["values_at_smallest"])
         spread = m["max_margin"] - m["min_margin"]
         mean = sum(m["margin_per_seed"].values()) / len(m["margin_per_seed"])
-        lines.append(f"| `{name}` | {m['notebook']} ({m['edition']}) | `{text}` | {len(m['seeds'])} | "
+        lines.append(f"| `{name}` | {m['notebook']} | `{text}` | {len(m['seeds'])} | "
                      f"{m['min_margin']:.4g}{'' if flag else ' ‡'} | {mean:.4g} | {spread:.4g} | "
                      f"{shown} |")
     return lines
@@ -227,10 +252,10 @@ def render(reports: list[tuple[str, dict]], notebooks: list[str], url=lambda pat
     if failures:
         lines += ["### The failures", ""] + failures + [""]
     lines += ["## The tightest assertions", "",
-              "Every numeric assertion's margin under each seed is in the reports. Below, the "
-              "closest to failing: first those whose smallest margin over five or more seeds is "
-              "under a tenth of how far the seeds move it (‡: a fresh draw may cross), then the "
-              "smallest margins relative to the compared value.", ""]
+              "Every numeric assertion's margin under each seed is in the reports. Below, over "
+              "runs of five or more seeds, the closest to failing: first those whose smallest "
+              "margin is under a tenth of how far the seeds move it (‡: a fresh draw may cross), "
+              "then the smallest margins relative to the compared value.", ""]
     lines += tightest_rows(reports) + [""]
     missing = never_run(reports, notebooks)
     if missing:
