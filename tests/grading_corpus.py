@@ -53,11 +53,12 @@ R = [
         "    return h.copy_(torch.tanh(x @ W_ih.T + b_ih + h @ W_hh.T + b_hh))\n",
         expect=INPLACE, kind="in-place"),
     bug("rnn_cell", "sigmoid", RNN +
-        "    return torch.sigmoid(x @ W_ih.T + b_ih + h @ W_hh.T + b_hh)\n"),
+        "    return torch.sigmoid(x @ W_ih.T + b_ih + h @ W_hh.T + b_hh)\n", mutant="sigmoid"),
     bug("rnn_cell", "weights not transposed", RNN +
-        "    return torch.tanh(x @ W_ih + b_ih + h @ W_hh + b_hh)\n"),
+        "    return torch.tanh(x @ W_ih + b_ih + h @ W_hh + b_hh)\n", mutant="weights not transposed"),
     bug("rnn_cell", "input weights on h", RNN +
-        "    return torch.tanh(h @ W_ih.T + b_ih + x @ W_hh.T + b_hh)\n"),
+        "    return torch.tanh(h @ W_ih.T + b_ih + x @ W_hh.T + b_hh)\n",
+        mutant="input and recurrent weights swapped"),
     alt("rnn_cell", "F.linear", RNN +
         "    return torch.tanh(F.linear(x, W_ih, b_ih) + F.linear(h, W_hh, b_hh))\n"),
     alt("rnn_cell", "addmm", RNN +
@@ -94,9 +95,11 @@ L = [
         "+ b_ih + h @ W_hh.T + b_hh", "+ b_ih + h @ W_hh.T"), expect=INPLACE, kind="in-place"),
     bug("lstm_cell", "h.mul_ reuses the caller's h", lstm(
         h_next="h.mul_(0).add_({o} * torch.tanh(c_next))"), expect=INPLACE, kind="in-place"),
-    bug("lstm_cell", "returns (c, h)", lstm(ret="c_next, h_next")),
-    bug("lstm_cell", "returns the caller's c", lstm(ret="h_next, c"), kind="alias"),
-    bug("lstm_cell", "output gate without sigmoid", lstm(h_next="o * torch.tanh(c_next)")),
+    bug("lstm_cell", "returns (c, h)", lstm(ret="c_next, h_next"), mutant="returns (c', h')"),
+    bug("lstm_cell", "returns the caller's c", lstm(ret="h_next, c"),
+        mutant="returns the old cell state", kind="alias"),
+    bug("lstm_cell", "output gate without sigmoid", lstm(h_next="o * torch.tanh(c_next)"),
+        mutant="output gate without sigmoid"),
     alt("lstm_cell", "namedtuple", "from collections import namedtuple\n\n"
         "LSTMState = namedtuple('LSTMState', ['h', 'c'])\n\n\n" + lstm(
             ret="LSTMState(h_next, c_next)"), kind="type"),
@@ -132,7 +135,8 @@ A = [
     bug("additive_score", "state unsqueezed on the wrong axis",
         SCORE + "    return torch.tanh((s @ W.T).unsqueeze(0) + h @ U.T) @ v\n",
         expect="Insert the positions axis"),
-    bug("additive_score", "relu", SCORE + "    return torch.relu((s @ W.T)[:, None, :] + h @ U.T) @ v\n"),
+    bug("additive_score", "relu", SCORE + "    return torch.relu((s @ W.T)[:, None, :] + h @ U.T) @ v\n",
+        mutant="relu instead of tanh"),
     alt("additive_score", "einsum", SCORE +
         "    return torch.einsum('bta,a->bt', torch.tanh(torch.einsum('as,bs->ba', W, s)[:, None]"
         " + torch.einsum('ah,bth->bta', U, h)), v)\n"),
@@ -280,7 +284,7 @@ D = [
     bug("scaled_dot_product_attention", "(B, N_q, N_k) masks only", sdpa().replace(
         "masked_fill(~mask,",
         "masked_fill(~mask.view(-1, *scores.shape[-2:]).expand(scores.shape[0], -1, -1),"),
-        expect=("broadcasts", "every leading axis"), kind="mask"),
+        mutant="mask forced to (B, N_q, N_k)", kind="mask"),
     # The reference itself, imported inside the cell: refused in the worker and by check() alike.
     bug("scaled_dot_product_attention", "imports coursekit at the top of the cell",
         "from coursekit.attention import scaled_dot_product_attention as reference\n\n\n" + SDPA +
@@ -327,7 +331,8 @@ M = [
     bug("causal_mask", "square only", CM + "    return torch.ones(n_q, n_q, dtype=torch.bool).tril()\n",
         expect="N_k > N_q"),
     bug("causal_mask", "upper triangle", CM +
-        "    return torch.ones(n_q, n_k, dtype=torch.bool).triu(diagonal=n_k - n_q)\n"),
+        "    return torch.ones(n_q, n_k, dtype=torch.bool).triu(diagonal=n_k - n_q)\n",
+        mutant="upper triangle"),
     alt("causal_mask", "arange comparison", CM +
         "    return torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + (n_k - n_q)\n"),
     alt("causal_mask", "not triu", CM +
@@ -379,7 +384,7 @@ T = [
         expect="never NaN", kind="mask"),
     bug("SelfAttention", "output only", sa(
         "        return scaled_dot_product_attention(self.W_Q(x), self.W_K(x), self.W_V(x), mask)[0]\n"),
-        kind="type"),
+        expect="Return (output, weights)", kind="type"),
     alt("SelfAttention", "causal-mask buffer (nanoGPT style)", sa(
         "        return scaled_dot_product_attention(self.W_Q(x), self.W_K(x), self.W_V(x), mask)\n",
         "        self.register_buffer('scale', torch.tensor(d_k ** -0.5))\n"), kind="buffer"),
@@ -404,7 +409,8 @@ H = [
     bug("split_heads", "heads last", SH + "    return x.view(B, N, n_heads, d_model // n_heads)\n",
         mutant="heads last"),
     bug("split_heads", "transpose(1, 3)", SH +
-        "    return x.view(B, N, n_heads, d_model // n_heads).transpose(1, 3)\n"),
+        "    return x.view(B, N, n_heads, d_model // n_heads).transpose(1, 3)\n",
+        mutant="transpose(1, 3)"),
     alt("split_heads", "reshape and permute", SH +
         "    return x.reshape(B, N, n_heads, -1).permute(0, 2, 1, 3)\n"),
     alt("split_heads", "stack of chunks", SH + "    return torch.stack(x.chunk(n_heads, dim=-1), dim=1)\n"),
@@ -493,7 +499,7 @@ X = [
     bug("MultiHeadAttention", "each mask replaces the previous one", mha(replace=[
         ("allowed = allowed & attn_mask", "allowed = attn_mask"),
         ("allowed = allowed & key_mask[:, None, None, :]", "allowed = key_mask[:, None, None, :]")]),
-        expect="Combine", kind="mask"),
+        mutant="each mask replaces the previous one", kind="mask"),
     bug("MultiHeadAttention", "2-D attn_mask only", mha(replace=[(
         "allowed & attn_mask", "allowed & attn_mask.reshape(n_q, n_k)")]),
         expect="(B, H, N_q, N_k)", kind="mask"),
@@ -503,8 +509,8 @@ X = [
                 "        scores = (qf @ kf.transpose(1, 2)).view(B, H, q.shape[2], k.shape[2])"
                 " / math.sqrt(q.shape[-1])\n")]), expect="reshape", kind="layout"),
     bug("MultiHeadAttention", "key mask on the query axis", mha(replace=[(
-        "key_mask[:, None, None, :]", "key_mask[:, None, :, None]")]), expect="(B, 1, 1, N_k)",
-        kind="mask"),
+        "key_mask[:, None, None, :]", "key_mask[:, None, :, None]")]),
+        mutant="key mask on the query axis", kind="mask"),
     alt("MultiHeadAttention", "sdpa from the set-up", mha(masks=MASKS, tail=(
         "        out, weights = scaled_dot_product_attention(q, k, v, allowed)\n"
         "        return self.out_proj(merge_heads(out)), weights\n")), kind="namespace"),
@@ -523,7 +529,7 @@ X = [
         kind="layout"),
     bug("MultiHeadAttention", "keys and values from one split (aliased)", mha(replace=[(
         "        v = split_heads(F.linear(x_kv, W[2 * d:], b[2 * d:]), H)\n", "        v = k\n")]),
-        kind="alias"),
+        mutant="values are the keys", kind="alias"),
     alt("MultiHeadAttention", "namedtuple result", "from collections import namedtuple\n\n"
         "Result = namedtuple('Result', 'output weights')\n\n\n" + mha(replace=[(
             "return self.out_proj(merge_heads(weights @ v)), weights",

@@ -316,7 +316,7 @@ P3 = [
     bug("apply_rope", "cos and sin swapped", rope((
         "x * angles.cos() + torch.cat([-x2, x1], dim=-1) * angles.sin()",
         "x * angles.sin() + torch.cat([-x2, x1], dim=-1) * angles.cos()")),
-        expect=("swapped",)),
+        mutant="cos and sin swapped"),
     bug("apply_rope", "positive exponent (multiplies by base^(2i/d))", rope((
         "base ** (-torch.arange", "base ** (torch.arange")),
         expect=("multiply", "divide", "minus sign")),

@@ -108,10 +108,12 @@ EOT_POOL = [
         "    keep = upto & ((ids == eot_id).int().cumsum(-1) <= 1)\n"
         "    return (hidden * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)\n"),
     bug("eot_pool", "hidden[:, at] (a B x B x d gather)", EP +
-        "    return hidden[:, (ids == eot_id).int().argmax(-1)]\n", kind="layout"),
+        "    return hidden[:, (ids == eot_id).int().argmax(-1)]\n",
+        expect=("hidden[torch.arange(B), positions]",), kind="layout"),
     bug("eot_pool", "position after <eot>", EP + EP_ROWS +
         "    at = (ids == eot_id).int().argmax(-1) + 1\n"
-        "    return hidden[rows, at.clamp(max=hidden.shape[1] - 1)]\n"),
+        "    return hidden[rows, at.clamp(max=hidden.shape[1] - 1)]\n",
+        expect=("position after the row's first <eot>",)),
     bug("eot_pool", "length counted with a Python loop that stops at padding 0", EP + EP_ROWS +
         "    at = []\n    for row in ids.tolist():\n        n = 0\n"
         "        while n < len(row) and row[n] != 0:\n            n += 1\n"

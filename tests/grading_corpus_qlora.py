@@ -66,19 +66,21 @@ QUANTIZE = [
         "    levels = code[None, None, :] * absmax[:, None, None]\n"
         "    idx = (blocks[:, :, None] - levels).abs().argmin(dim=-1).flatten()\n" + RET,
         expect=("zero", "nearest 0")),
-    # --- correct alternatives
-    alt("quantize_blockwise", "argmin, torch.where guard", Q +
+    # --- once correct alternatives: computed in w's dtype, so that float16 or bfloat16 weights get
+    # 16-bit constants (the exercise asks for float32) and indices from w / c rounded to 16 bits
+    bug("quantize_blockwise", "argmin, torch.where guard (in w's dtype)", Q +
         "    blocks = w.reshape(-1, blocksize)\n"
         "    absmax = blocks.abs().max(dim=1).values\n"
         "    safe = torch.where(absmax > 0, absmax, torch.ones_like(absmax))\n"
         "    x = blocks / safe[:, None]\n"
-        "    idx = (x.reshape(-1, 1) - code).abs().argmin(dim=1)\n" + RET),
-    alt("quantize_blockwise", "searchsorted on the midpoints, nan_to_num", Q +
+        "    idx = (x.reshape(-1, 1) - code).abs().argmin(dim=1)\n" + RET,
+        expect=("float32",), kind="type"),
+    bug("quantize_blockwise", "searchsorted on the midpoints, nan_to_num (in w's dtype)", Q +
         "    absmax = w.reshape(-1, blocksize).abs().amax(-1)\n"
         "    x = (w.reshape(-1, blocksize) / absmax[:, None]).nan_to_num(0.0).flatten()\n"
         "    idx = torch.searchsorted((code[1:] + code[:-1]) / 2, x)\n"
-        "    return idx.byte(), absmax\n"),
-    alt("quantize_blockwise", "a loop over the blocks", Q +
+        "    return idx.byte(), absmax\n", expect=("float32",), kind="type"),
+    bug("quantize_blockwise", "a loop over the blocks (in w's dtype)", Q +
         "    flat = w.flatten()\n"
         "    idx, consts = [], []\n"
         "    for start in range(0, flat.numel(), blocksize):\n"
@@ -87,7 +89,8 @@ QUANTIZE = [
         "        x = block / c if c > 0 else torch.zeros_like(block)\n"
         "        idx.append(torch.argmin(torch.abs(x[:, None] - code[None, :]), dim=1))\n"
         "        consts.append(c)\n"
-        "    return torch.cat(idx).to(torch.uint8), torch.stack(consts)\n"),
+        "    return torch.cat(idx).to(torch.uint8), torch.stack(consts)\n",
+        expect=("float32",), kind="type"),
 ]
 
 # ----------------------------------------------------------------------------- 09.5 double_quantize

@@ -150,20 +150,21 @@ A = [
         "    maps = []\n    for w in weights:\n" + MEAN + EYE + MIX +
         "        maps.append(a / a.sum(dim=-1, keepdim=True))\n"
         "    return reduce(lambda r, a: a @ r, maps)\n"),
-    alt("attention_rollout", "from the identity, last layer first", RO +
+    # float32 identities: right for float32 maps, wrong for the float64 maps the exercise allows
+    bug("attention_rollout", "from a float32 identity, last layer first", RO +
         "    A = torch.stack(weights).mean(dim=2)                  # (L, B, N, N)\n"
         "    L, B, N, _ = A.shape\n"
         "    I = torch.eye(N).expand(B, N, N)\n"
         "    R = I.clone()\n"
         "    for a in reversed(list(A)):                           # R = Â_L ... Â_1\n"
         "        R = R @ (residual * I + (1 - residual) * a)\n"
-        "    return R\n"),
-    alt("attention_rollout", "einsum, torch.bmm", RO +
+        "    return R\n", expect=("float64",), kind="type"),
+    bug("attention_rollout", "einsum, torch.bmm, a float32 identity", RO +
         "    rollout = None\n    for w in weights:\n"
         "        a = torch.einsum('bhij->bij', w) / w.shape[1]\n"
         "        a = torch.lerp(torch.eye(a.shape[-1]).expand_as(a), a, 1 - residual)\n"
         "        rollout = a if rollout is None else torch.bmm(a, rollout)\n"
-        "    return rollout\n"),
+        "    return rollout\n", expect=("float64",), kind="type"),
 ]
 
 VARIANTS: list = [*E, *A]

@@ -216,9 +216,16 @@ def test_eval_mode_disables_attention_dropout():
     ours.dropout = 0.5
     x = torch.randn(2, 5, 16)
     torch.testing.assert_close(ours(x)[0], ours(x)[0], rtol=0, atol=0)
-    ours.train()
-    with pytest.raises(ValueError, match="eval"):
-        ours(x, need_weights=True)
+    # in training mode need_weights=True drops weights out, as nn.MultiheadAttention does, and
+    # returns the weights it applied
+    torch.manual_seed(0)
+    out, weights = ours.train()(x, need_weights=True)
+    _, kept = ours.eval()(x, need_weights=True)
+    dropped = weights == 0
+    assert dropped.any() and not dropped.all()
+    torch.testing.assert_close(weights[~dropped], kept[~dropped] / (1 - 0.5))
+    v = split_heads(ours.project(x, None)[2], 4)
+    torch.testing.assert_close(out, ours.out_proj(merge_heads(weights @ v)))
 
 
 def test_tiny_transformer_is_causal_and_returns_weights_per_layer():

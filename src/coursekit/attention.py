@@ -179,7 +179,8 @@ class MultiHeadAttention(nn.Module):
     (3·d_model, d_model) for W^Q, W^K, W^V, then ``out_proj`` for W^O), so weights port directly.
     With ``need_weights=False`` the heads run through the fused
     ``F.scaled_dot_product_attention`` (the production path); with ``need_weights=True`` through
-    :func:`scaled_dot_product_attention`, which also returns the attention weights.
+    :func:`scaled_dot_product_attention`, which also returns the attention weights (in training
+    mode, the weights after dropout, the ones applied to V, as ``nn.MultiheadAttention`` returns).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -248,8 +249,9 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, bias=attn_bias,
                                                         scale=self.scale)
-            if self.training and self.dropout:
-                raise ValueError("need_weights=True is for inspection: call it in eval mode")
+            if self.training and self.dropout:  # as nn.MultiheadAttention: the weights dropped
+                weights = F.dropout(weights, self.dropout)  # out, and returned, are those used
+                out = weights @ v
         else:
             dropout = self.dropout if self.training else 0.0
             if attn_bias is not None:  # one float mask: the bias, and -inf where not allowed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import re
+import threading
 import zlib
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
@@ -189,6 +190,9 @@ class Suite:
     # general, but in a next-token loss it can only mean unshifted targets. Only write a reading
     # that is true of every submission that produces the observation (issue 48, class 4).
     readings: tuple[tuple[str, str], ...] = ()
+    # What the last axis of the outputs holds, for observations that name it ("keys, the last
+    # axis" for attention weights).
+    last_axis: str = "features, the last axis"
 
     @property
     def chapter(self) -> str:
@@ -549,7 +553,8 @@ def _close(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> bool:
     return a.shape == e.shape and torch.allclose(a, e, atol=atol, rtol=rtol, equal_nan=True)
 
 
-def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 1e-4) -> str:
+def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 1e-4,
+             last_axis: str = "features, the last axis") -> str:
     """What relates a wrong output to the expected one, when something simple does: negated,
     transposed, a constant factor, shifted by one position, the same values in another order
     along the last axis, or only some rows wrong. An observation, never a guess at the cause;
@@ -576,7 +581,7 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
                         "everywhere, expected nonzero): the computation leaves the autograd "
                         "graph somewhere, as `.item()`, `float(...)`, `math.exp`, `.detach()` or "
                         "`torch.no_grad()` do")
-            related = relation([e], [a], atol, rtol)
+            related = relation([e], [a], atol, rtol, last_axis)
             return (f"your output is right, but {label} is not"
                     + (f" ({related.replace('your output', 'it')})" if related else ""))
         if a.numel() < 2:
@@ -631,7 +636,7 @@ def relation(expected: Outputs, got: Outputs, atol: float = 1e-5, rtol: float = 
                     wrong = columns.nonzero()[:, 0].tolist()
                     shown = ", ".join(map(str, wrong[:6])) + (", ..." if len(wrong) > 6 else "")
                     return (f"{label} is right in {columns.numel() - len(wrong)} of its "
-                            f"{columns.numel()} columns (features, the last axis) at every "
+                            f"{columns.numel()} columns ({last_axis}) at every "
                             f"position, and wrong in column{'s' if len(wrong) > 1 else ''} "
                             f"{shown}")
         return ""
@@ -715,6 +720,9 @@ def _separating_argument(suite: Suite, visible: list[int], failed: list[int]) ->
             "every other case passes")
 
 
+_REFERENCE_LOCK = threading.RLock()
+
+
 def reference_outputs(suite: Suite, index: int) -> Outputs:
     """The reference's outputs on case ``index``: computed once per suite object and process
     (a case's inputs are seeded, so they are the same every time), then copied. Grading a batch
@@ -722,9 +730,14 @@ def reference_outputs(suite: Suite, index: int) -> Outputs:
     collator is its reference) takes 1.8-2.0 s the first time, 0.25-0.27 s after."""
     cache = suite.__dict__.setdefault("_reference_outputs", {})
     if index not in cache:
-        with torch.no_grad():
-            outputs = as_outputs(suite.run(suite.reference, suite.inputs(index), index))
-        cache[index] = outputs
+        # One reference at a time: the batch grader's threads may reach a reference that
+        # imports a library for the first time (transformers' lazy modules fail an import made
+        # from two threads at once with "cannot import name ..."), and each is computed once.
+        with _REFERENCE_LOCK:
+            if index not in cache:
+                with torch.no_grad():
+                    outputs = as_outputs(suite.run(suite.reference, suite.inputs(index), index))
+                cache[index] = outputs
     outputs = cache[index]
     copied = [t.detach().clone() for t in outputs]
     if isinstance(outputs, Labelled):
@@ -780,13 +793,27 @@ def grade_outputs(suite: Suite, submitted: Sequence[Outputs | str | Attempt],
     return SuiteResult(suite, results, status, hint)
 
 
+def _mutant_outputs(suite: Suite, mutant: Mutant, index: int) -> Outputs | None:
+    """The mutant's outputs on case ``index`` (None where it raises), computed once per process
+    under the references' lock, like :func:`reference_outputs` (the cases are seeded)."""
+    cache = suite.__dict__.setdefault("_mutant_outputs", {})
+    key = (mutant.name, index)
+    if key not in cache:
+        with _REFERENCE_LOCK:
+            if key not in cache:
+                try:
+                    with torch.no_grad():
+                        cache[key] = as_outputs(suite.run(mutant.fn, suite.inputs(index), index))
+                except Exception:
+                    cache[key] = None
+    return cache[key]
+
+
 def _reproduces(suite: Suite, mutant: Mutant, index: int, result: CaseResult) -> bool:
     """Whether ``mutant`` does on case ``index`` what the submission did: the same outputs
     (within tolerance) where it returned some, an exception where it raised."""
-    try:
-        with torch.no_grad():
-            expected = as_outputs(suite.run(mutant.fn, suite.inputs(index), index))
-    except Exception:
+    expected = _mutant_outputs(suite, mutant, index)
+    if expected is None:  # the mutant raised
         return result.outputs is None
     if result.outputs is None:
         return False
@@ -838,12 +865,13 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
     try:  # an observation is a bonus: whatever the outputs, it never stops the grading
         related = "" if first is None else relation(reference_outputs(suite, first),
                                                      results[first].outputs,
-                                                     *suite.cases[first].tolerances(suite))
+                                                     *suite.cases[first].tolerances(suite),
+                                                     suite.last_axis)
     except Exception:
         related = ""
     if not related and first is not None and (
             "trainable" in results[first].message
-            or re.match(r"(\S+ \d+: |the \S+ \S+ \S+ `\w+`: )?(dtype|shape) ",
+            or re.match(r"((?:output \d+|the output|the \S+ \S+ \S+ `\w+`): )?(dtype|shape) ",
                         results[first].message)
             or results[first].message.startswith("returned ")):
         # which parameters are trainable, a dtype, a shape or a count of outputs that is not
@@ -887,10 +915,12 @@ def diagnose(suite: Suite, results: list[CaseResult], hidden: Set[int] = frozens
                       f"{what} inside the exercise cell (a helper or an import in another cell "
                       "is not there).")
         where = suite.cases[next(i for i in failed if results[i] is raised)].name
+        advice = _reading(suite, raised.message) or advice
         return f"In the case '{where}', the call {sentence(raised.message)} {sentence(advice)}"
     wrong_type = next((results[i] for i in failed if results[i].outputs is None
                        and results[i].message.startswith("returned the wrong type")), None)
     if wrong_type is not None:
+        advice = _reading(suite, wrong_type.message) or advice
         return f"Your code {sentence(wrong_type.message)} {sentence(advice)}"
     return observed + advice
 

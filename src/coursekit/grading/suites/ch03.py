@@ -15,7 +15,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from coursekit import attention
-from coursekit.grading.suite import Case, Mutant, Suite, backward, load_parameters
+from coursekit.grading.suite import (
+    Case,
+    Mutant,
+    Suite,
+    backward,
+    in_dtype,
+    load_parameters,
+    scaled_batch,
+)
+from coursekit.grading.suites.attention_readings import (
+    DTYPE_READING,
+    NAN_GRADIENT_READING,
+    dtype_observation,
+    first_of,
+    nan_gradient_observation,
+    weights_observation,
+    weights_readings,
+)
 
 NEG_INF = float("-inf")
 
@@ -116,7 +133,7 @@ def _large_scores(g):
 
 
 def _sdpa(scale=lambda q, v: math.sqrt(q.shape[-1]), dim=-1, fill=NEG_INF, after=False,
-          inverted=False, guard=True, stable=True):
+          inverted=False, guard=True, stable=True, mask_3d=False):
     """A family of scaled_dot_product_attention variants; the defaults give the right answer."""
 
     def softmax(scores):
@@ -129,6 +146,8 @@ def _sdpa(scale=lambda q, v: math.sqrt(q.shape[-1]), dim=-1, fill=NEG_INF, after
         scores = q @ k.transpose(-2, -1) / scale(q, v)
         if mask is not None and inverted:
             mask = ~mask
+        if mask is not None and mask_3d:  # the mask forced to (B, N_q, N_k)
+            mask = mask.view(-1, *scores.shape[-2:]).expand(scores.shape[0], -1, -1)
         if mask is None:
             weights = softmax(scores)
         elif after:
@@ -141,6 +160,20 @@ def _sdpa(scale=lambda q, v: math.sqrt(q.shape[-1]), dim=-1, fill=NEG_INF, after
         return weights @ v, weights
 
     return sdpa
+
+
+def _three_axes_only(q, k, v, mask=None):
+    """Right on (B, N, d) inputs, an error on any other number of axes (bmm, permute(0, 2, 1))."""
+    if q.dim() != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    return _sdpa()(q, k, v, mask)
+
+
+def _axes_of_weights(ndim: int) -> dict[int, str]:
+    """The axes of (..., N_q, N_k) weights other than the keys."""
+    named = {2: ["the queries"], 3: ["the batch", "the queries"],
+             4: ["the batch", "the heads", "the queries"]}.get(ndim, [])
+    return dict(enumerate(named))
 
 
 SDPA_CASES = [
@@ -169,6 +202,12 @@ SDPA_CASES = [
          hint="A row where every key is masked gets all-zero weights and a zero output, as in "
               "F.scaled_dot_product_attention, never NaN."),
 ]
+SDPA_CASES += [
+    in_dtype(SDPA_CASES[3], torch.float64),  # float64 attention maps, with a padding mask
+    # the two examples' scores are ±300 and ±5 (q times 2⁻⁶, exact): a maximum taken over the
+    # whole batch underflows the second example's exp to 0
+    scaled_batch(SDPA_CASES[5], 0, (1.0, 2.0 ** -6)),
+]
 
 # ----------------------------------------------------------------------------- 03.2 causal mask
 
@@ -190,6 +229,11 @@ def torch_causal_mask(n_q, n_k=None):
 
 def _mask_case(*sizes):
     return lambda g: sizes
+
+
+def _triu(n_q, n_k=None):
+    n_k = n_q if n_k is None else n_k
+    return torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q)
 
 
 def _tril(diagonal=0, transpose=False, invert=False, offset=True, dtype=torch.bool):
@@ -288,6 +332,37 @@ class _SoftmaxOverQueries(attention.SelfAttention):
         return _sdpa(dim=-2)(self.W_Q(x), self.W_K(x), self.W_V(x), mask)
 
 
+class _Untransposed(attention.SelfAttention):
+    def forward(self, x, mask=None):
+        q, k, v = (x @ layer.weight for layer in (self.W_Q, self.W_K, self.W_V))
+        return attention.scaled_dot_product_attention(q, k, v, mask)
+
+
+class _MaskInverted(attention.SelfAttention):
+    def forward(self, x, mask=None):
+        return attention.scaled_dot_product_attention(
+            self.W_Q(x), self.W_K(x), self.W_V(x), None if mask is None else ~mask)
+
+
+class _WeightsFirst(attention.SelfAttention):
+    def forward(self, x, mask=None):
+        output, weights = super().forward(x, mask)
+        return weights, output
+
+
+class _CausalByDefault(attention.SelfAttention):
+    def forward(self, x, mask=None):
+        if mask is None:
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        return super().forward(x, mask)
+
+
+class _ScaledByValues(attention.SelfAttention):
+    def forward(self, x, mask=None):
+        return _sdpa(scale=lambda q, v: math.sqrt(v.shape[-1]))(
+            self.W_Q(x), self.W_K(x), self.W_V(x), mask)
+
+
 LAYER_CASES = [
     Case("B=1, N=3, d_model = d_k = d_v = 4", _layer_case(1, 3, 4, 4, 4), 2),
     Case("d_model=8, d_k=4, d_v=6", _layer_case(2, 5, 8, 4, 6), 3,
@@ -340,7 +415,22 @@ SUITES = [
             Mutant("softmax without the max trick", _sdpa(stable=False),
                    "Your softmax overflows for large scores: exp(s) / Σ exp(s) needs the row "
                    "maximum subtracted first; torch.softmax does this for you."),
+            Mutant("mask forced to (B, N_q, N_k)", _sdpa(mask_3d=True),
+                   "Your code reshapes the mask to (B, N_q, N_k) and fails on masks of other "
+                   "shapes: the mask broadcasts to the scores whatever its shape, (N_q, N_k), "
+                   "(B, 1, N_k) or (B, H, N_q, N_k), so use it as given in masked_fill."),
+            Mutant("scale fixed at √64", _sdpa(scale=lambda q, v: 8.0),
+                   "Your scale is a constant, 8 = √64 (the paper's d_k): compute it from the "
+                   "inputs, math.sqrt(q.shape[-1]), so that it is right for every d_k."),
+            Mutant("three axes only", _three_axes_only,
+                   "Your code works on (B, N, d) inputs only and raises on the others: q, k, v "
+                   "may have any number of leading axes, (N, d) or (B, H, N, d) too. Transpose "
+                   "the last two axes of k (k.transpose(-2, -1)) and multiply with @, not "
+                   "torch.bmm or permute(0, 2, 1), which assume three axes."),
         ],
+        observe=first_of(dtype_observation, nan_gradient_observation,
+                         weights_observation(1, _axes_of_weights, "the keys")),
+        readings=(DTYPE_READING, NAN_GRADIENT_READING, *weights_readings("the keys")),
     ),
     Suite(
         exercise="03.2",
@@ -355,6 +445,10 @@ SUITES = [
             Mutant("transposed", _tril(transpose=True),
                    "Your mask is transposed: rows are queries and columns keys, and query i may "
                    "see keys j ≤ i — the lower triangle (tril), not the upper one."),
+            Mutant("upper triangle", _triu,
+                   "Your mask is the upper triangle (triu): query i may see keys "
+                   "j ≤ i + N_k - N_q, the lower one, torch.ones(N_q, N_k, dtype=torch.bool)"
+                   ".tril(N_k - N_q)."),
             Mutant("diagonal excluded", _tril(diagonal=-1),
                    "Your mask hides the diagonal: a token may attend to itself (j ≤ i, not "
                    "j < i)."),
@@ -398,6 +492,27 @@ SUITES = [
             Mutant("softmax over the queries", _SoftmaxOverQueries,
                    "Your layer normalises the weights over the queries: the softmax runs over "
                    "the keys (the last axis of QKᵀ)."),
+            Mutant("weights used untransposed", _Untransposed,
+                   "You multiply x by the layers' weights as stored: nn.Linear(d_model, d_k) "
+                   "keeps its weight as (d_k, d_model), i.e. (W^Q)ᵀ, so x W^Q is self.W_Q(x) "
+                   "(or x @ self.W_Q.weight.T)."),
+            Mutant("mask inverted", _MaskInverted,
+                   "Your layer inverts the mask: True means 'may attend' (as in "
+                   "scaled_dot_product_attention), so pass the mask on unchanged."),
+            Mutant("returns (weights, output)", _WeightsFirst,
+                   "Your layer returns (weights, output): return (output, weights), the order "
+                   "scaled_dot_product_attention uses."),
+            Mutant("causal mask by default", _CausalByDefault,
+                   "With mask=None your layer applies a causal mask: no mask means every query "
+                   "may attend to every key. Pass mask (None included) on unchanged."),
+            Mutant("scaled by √d_v", _ScaledByValues,
+                   "You scale by √d_v (the size of the values); the scale is √d_k, the size of "
+                   "the projected queries and keys."),
         ],
+        observe=first_of(dtype_observation, nan_gradient_observation),
+        readings=(DTYPE_READING, NAN_GRADIENT_READING,
+                  (r"returned 1 tensor\(s\), expected 2",
+                   "Return (output, weights), both, as scaled_dot_product_attention does: the "
+                   "weights are what the chapter plots.")),
     ),
 ]

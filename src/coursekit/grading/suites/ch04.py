@@ -23,6 +23,13 @@ from coursekit.grading.suite import (
     backward,
     load_parameters,
 )
+from coursekit.grading.suites.attention_readings import (
+    NAN_GRADIENT_READING,
+    first_of,
+    nan_gradient_observation,
+    weights_observation,
+    weights_readings,
+)
 
 # ----------------------------------------------------------------------------- 04.1 / 04.2
 
@@ -68,6 +75,25 @@ def _split_heads_last(x, n_heads):
     return x.reshape(B, N, n_heads, d_model // n_heads)
 
 
+def _split_flat_heads(x, n_heads):
+    """(B·H, N, d_head): the layout inside nn.MultiheadAttention, not the exercise's."""
+    return torch_split_heads(x, n_heads).flatten(0, 1)
+
+
+def _split_tokens(x, n_heads):
+    return torch.stack(x.chunk(n_heads, dim=1), dim=1)
+
+
+def _split_d_head_64(x, n_heads):
+    B, N, _ = x.shape
+    return x.view(B, N, n_heads, 64).transpose(1, 2)
+
+
+def _split_transpose_1_3(x, n_heads):
+    B, N, d_model = x.shape
+    return x.view(B, N, n_heads, d_model // n_heads).transpose(1, 3)
+
+
 def _merge_no_transpose(x):
     B, H, N, d_head = x.shape
     return x.reshape(B, N, H * d_head)
@@ -80,6 +106,23 @@ def _merge_interleaved(x):
 
 def _merge_mean(x):
     return x.mean(dim=1)
+
+
+def _merge_sum(x):
+    return x.sum(dim=1)
+
+
+def _merge_along_tokens(x):
+    return torch.cat(x.unbind(dim=1), dim=1)
+
+
+def _merge_wrong_transpose(x):
+    B, H, N, d_head = x.shape
+    return x.transpose(2, 3).reshape(B, N, H * d_head)
+
+
+def _merge_flatten_heads(x):
+    return x.flatten(2)
 
 
 # ----------------------------------------------------------------------------- 04.3
@@ -190,7 +233,9 @@ def _mha_case(d_model, n_heads, B, N_q, N_k=None, key_lengths=None, causal=False
 
 
 def _mha_variant(*, split=True, scale="d_head", softmax_dim=-1, key_mask_ok=True,
-                 attn_mask_ok=True, causal="tril", use_kv=True, out_proj=True):
+                 attn_mask_ok=True, causal="tril", use_kv=True, out_proj=True,
+                 key_axes="(B, 1, 1, N_k)", in_bias=True, kv_swapped=False, q_from_kv=False,
+                 combine="and", attn_mask_added=False, values_are_keys=False):
     """A wrong MultiHeadAttention, one bug switched on by the arguments."""
 
     class Variant(nn.Module):
@@ -205,22 +250,48 @@ def _mha_variant(*, split=True, scale="d_head", softmax_dim=-1, key_mask_ok=True
             x_kv = x_q if (x_kv is None or not use_kv) else x_kv
             d, H = self.d_model, self.n_heads if split else 1
             W, b = self.in_proj.weight, self.in_proj.bias
-            q = attention.split_heads(F.linear(x_q, W[:d], b[:d]), H)
-            k = attention.split_heads(F.linear(x_kv, W[d:2 * d], b[d:2 * d]), H)
-            v = attention.split_heads(F.linear(x_kv, W[2 * d:], b[2 * d:]), H)
+            b = b if in_bias else torch.zeros_like(b)
+            rows = [slice(d, 2 * d), slice(2 * d, None)]
+            k_rows, v_rows = rows[::-1] if kv_swapped else rows
+            q = attention.split_heads(F.linear(x_kv if q_from_kv else x_q, W[:d], b[:d]), H)
+            k = attention.split_heads(F.linear(x_kv, W[k_rows], b[k_rows]), H)
+            v = attention.split_heads(F.linear(x_kv, W[v_rows], b[v_rows]), H)
+            v = k if values_are_keys else v
             d_scale = d if scale == "d_model" else q.shape[-1]
             scores = q @ k.transpose(-2, -1) / math.sqrt(d_scale)
-            allowed = torch.ones_like(scores, dtype=torch.bool)
-            if attn_mask is not None:
-                allowed = allowed & (attn_mask if attn_mask_ok else ~attn_mask)
-            if key_mask is not None:
-                keys = key_mask if key_mask_ok else ~key_mask
-                allowed = allowed & keys[:, None, None, :]
-            if is_causal and causal:
-                n_q, n_k = scores.shape[-2:]
-                ones = torch.ones(n_q, n_k, dtype=torch.bool)
-                allowed = allowed & (ones.tril(n_k - n_q) if causal == "tril"
-                                     else ones.tril() if causal == "top-left" else ones.triu())
+            if attn_mask is not None and attn_mask_added:  # a bool mask used as a float bias
+                scores = scores + attn_mask.float()
+                attn_mask = None
+            n_q, n_k = scores.shape[-2:]
+            if combine == "replace":  # each mask given replaces the ones before it
+                allowed = torch.ones(n_q, n_k, dtype=torch.bool)
+                if is_causal:
+                    allowed = allowed.tril(n_k - n_q)
+                if attn_mask is not None:
+                    allowed = attn_mask
+                if key_mask is not None:
+                    allowed = key_mask[:, None, None, :]
+            elif combine == "or":  # every mask OR-ed onto an all-True start: nothing is masked
+                allowed = torch.ones(n_q, n_k, dtype=torch.bool)
+                if is_causal:
+                    allowed = allowed.tril(n_k - n_q)
+                if attn_mask is not None:
+                    allowed = allowed | attn_mask
+                if key_mask is not None:
+                    allowed = allowed | key_mask[:, None, None, :]
+            else:
+                allowed = torch.ones_like(scores, dtype=torch.bool)
+                if attn_mask is not None:
+                    allowed = allowed & (attn_mask if attn_mask_ok else ~attn_mask)
+                if key_mask is not None:
+                    keys = key_mask if key_mask_ok else ~key_mask
+                    allowed = allowed & {"(B, 1, 1, N_k)": keys[:, None, None, :],
+                                         "(B, 1, N_k)": keys[:, None, :],
+                                         "(B, 1, N_k, 1)": keys[:, None, :, None]}[key_axes]
+                if is_causal and causal:
+                    ones = torch.ones(n_q, n_k, dtype=torch.bool)
+                    allowed = allowed & (ones.tril(n_k - n_q) if causal == "tril"
+                                         else ones.tril() if causal == "top-left" else ones.triu())
             weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=softmax_dim)
             weights = weights.nan_to_num(0.0)  # one bug per variant: fully masked rows are right
             out = attention.merge_heads(weights @ v)
@@ -297,6 +368,20 @@ SUITES = [
                    "Your heads mix positions: reshaping (B, N, d_model) straight to "
                    "(B, H, N, d_head) reads the memory in the wrong order. View as "
                    "(B, N, H, d_head) first, then transpose(1, 2)."),
+            Mutant("(B·H, N, d_head) as inside nn.MultiheadAttention", _split_flat_heads,
+                   "Your result is (B·H, N, d_head), the layout nn.MultiheadAttention uses inside "
+                   "its forward: the exercise keeps the batch and the heads on axes of their "
+                   "own, (B, H, N, d_head). View x as (B, N, H, d_head), then transpose(1, 2)."),
+            Mutant("tokens split into heads", _split_tokens,
+                   "Your heads cut the tokens (axis 1) into groups: every head keeps every token "
+                   "and a block of d_head features of the last axis. View x as "
+                   "(B, N, H, d_head), then transpose(1, 2)."),
+            Mutant("d_head fixed at 64", _split_d_head_64,
+                   "Your d_head is a constant (64, the paper's): compute it from the input, "
+                   "d_head = d_model // n_heads."),
+            Mutant("transpose(1, 3)", _split_transpose_1_3,
+                   "You swapped axes 1 and 3 of (B, N, H, d_head), giving (B, d_head, H, N): "
+                   "swap axes 1 and 2 (transpose(1, 2)) to get (B, H, N, d_head)."),
             Mutant("heads split along the wrong dimension", _split_interleaved,
                    "Each head must own a contiguous block of d_head features (head 0: features "
                    "0..d_head-1). Yours takes every H-th feature: split the last axis as "
@@ -323,6 +408,21 @@ SUITES = [
             Mutant("heads interleaved", _merge_interleaved,
                    "Concatenate whole heads: the first d_head features come from head 0, the "
                    "next d_head from head 1. Yours alternates heads feature by feature."),
+            Mutant("heads summed", _merge_sum,
+                   "Your heads are summed: they are concatenated, H · d_head = d_model features "
+                   "per position (head 0's d_head first, then head 1's, ...), and W^O then mixes "
+                   "them."),
+            Mutant("heads concatenated along the tokens", _merge_along_tokens,
+                   "You concatenated the heads along the tokens, giving (B, H·N, d_head): "
+                   "concatenate them along the features, (B, N, H·d_head): transpose(1, 2), "
+                   "then reshape."),
+            Mutant("transpose(2, 3)", _merge_wrong_transpose,
+                   "You swapped axes 2 and 3 (N and d_head): the heads are axis 1, so "
+                   "transpose(1, 2) to (B, N, H, d_head), then reshape to (B, N, H·d_head)."),
+            Mutant("each head flattened", _merge_flatten_heads,
+                   "You flattened each head's (N, d_head) block, giving (B, H, N·d_head): "
+                   "transpose(1, 2) first, so that the positions are axis 1, then reshape to "
+                   "(B, N, H·d_head)."),
             Mutant("heads averaged", _merge_mean,
                    "The heads are concatenated, not averaged: the output has H · d_head = d_model "
                    "features per position, and W^O then mixes them."),
@@ -377,6 +477,43 @@ SUITES = [
             Mutant("x_kv ignored", _mha_variant(use_kv=False),
                    "In cross-attention the keys and values come from x_kv (the other sequence); "
                    "only the queries come from x_q."),
+            Mutant("queries from x_kv", _mha_variant(q_from_kv=True),
+                   "Your queries come from x_kv: in cross-attention Q is projected from x_q (the "
+                   "sequence that asks), K and V from x_kv."),
+            Mutant("key mask without the head axis", _mha_variant(key_axes="(B, 1, N_k)"),
+                   "key_mask (B, N_k) must meet the (B, H, N_q, N_k) scores as (B, 1, 1, N_k), "
+                   "key_mask[:, None, None, :]: key_mask[:, None, :] is (B, 1, N_k), which "
+                   "lines the batch up with the heads."),
+            Mutant("key mask on the query axis", _mha_variant(key_axes="(B, 1, N_k, 1)"),
+                   "Your key_mask is laid along the queries (key_mask[:, None, :, None]): it "
+                   "masks keys, the last axis of the scores, so broadcast it as (B, 1, 1, N_k), "
+                   "key_mask[:, None, None, :]."),
+            Mutant("each mask replaces the previous one", _mha_variant(combine="replace"),
+                   "Each mask your layer is given replaces the ones before it: several masks "
+                   "can be given at once, and a key is allowed only where every one allows it. "
+                   "Combine them with & (allowed = allowed & mask)."),
+            Mutant("values are the keys", _mha_variant(values_are_keys=True),
+                   "Your values are the keys (v = k): V has its own projection, rows [2d, 3d) "
+                   "of in_proj, F.linear(x_kv, W[2 * d:], b[2 * d:])."),
+            Mutant("in_proj bias dropped", _mha_variant(in_bias=False),
+                   "Your projections leave out in_proj's bias: Q, K and V are "
+                   "F.linear(x, W[rows], b[rows]), each with its slice of in_proj.bias, as in "
+                   "nn.MultiheadAttention."),
+            Mutant("K and V rows swapped", _mha_variant(kv_swapped=True),
+                   "Your keys use W^V's rows and your values W^K's: in_proj.weight stacks "
+                   "W^Q, W^K, W^V in that order, rows [0, d), [d, 2d) and [2d, 3d)."),
+            Mutant("masks combined with |", _mha_variant(combine="or"),
+                   "Your masks are combined with | (or), so they let through what any of them "
+                   "allows (and everything, from an all-True start): a key is allowed only "
+                   "where every mask allows it, so combine them with &."),
+            Mutant("boolean attn_mask added to the scores", _mha_variant(attn_mask_added=True),
+                   "You add the boolean attn_mask to the scores (as 0/1): a boolean mask says "
+                   "where attention is allowed, it is not a bias. Fill the scores with -inf "
+                   "where it is False, combined with the other masks."),
         ],
+        observe=first_of(nan_gradient_observation,
+                         weights_observation(1, lambda ndim: {0: "the batch", 1: "the heads",
+                                                              2: "the queries"}, "the keys")),
+        readings=(NAN_GRADIENT_READING, *weights_readings("the keys")),
     ),
 ]

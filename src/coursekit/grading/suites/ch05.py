@@ -18,7 +18,50 @@ import math
 import torch
 
 from coursekit import positional
-from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.grading.suite import Case, Mutant, Suite, in_dtype
+
+# ----------------------------------------------------------------------------- observations
+#
+# Each returns "" unless it sees its pattern, so that every other failure keeps the general path
+# of ``diagnose`` (mutants, case observations, probe hints); the suites' ``readings`` turn what
+# they see into the diagnosis it implies for the exercise (issue 48, classes 3 and 4).
+
+
+def _wrong_columns(e: torch.Tensor, a: torch.Tensor) -> set[int] | None:
+    """The features (last axis) where ``a`` differs from ``e`` at some position; None when the
+    two cannot be compared feature by feature."""
+    if type(a) is not torch.Tensor or a.shape != e.shape or a.dtype != e.dtype or a.dim() < 2 \
+            or not a.is_floating_point() or not torch.isfinite(a).all():
+        return None
+    close = torch.isclose(a.detach().double(), e.detach().double(), atol=1e-3, rtol=1e-3)
+    return set(torch.nonzero(~close.reshape(-1, e.shape[-1]).all(0))[:, 0].tolist())
+
+
+def _pair_observation(pair_of, pair_0: str, what: str):
+    """'pair 0 ... is right at every position and the later pairs are not' (or 'only the last
+    pair is wrong') for a table whose feature j belongs to pair ``pair_of(j, d)``: pair 0 turns
+    by 1 radian per position whatever the exponent and the base, so it alone being right says
+    the positions and the layout are right and the later frequencies are not. Nothing with two
+    pairs (d = 4), where the later pairs are the last one."""
+
+    def observe(expected, got) -> str:
+        wrong = _wrong_columns(expected[0], got[0])
+        if not wrong:
+            return ""
+        d = expected[0].shape[-1]
+        pairs = sorted({pair_of(j, d) for j in wrong})
+        if 0 in pairs or d <= 4:  # with two pairs the later ones are the last one: no telling
+            return ""
+        shown = ", ".join(map(str, sorted(wrong)[:8])) + (", ..." if len(wrong) > 8 else "")
+        if pairs == [d // 2 - 1]:
+            return (f"Only the last, slowest pair f = {d // 2 - 1} of your {what} is wrong "
+                    f"(features {shown}); the faster pairs are right at every position")
+        return (f"Pair 0 of your {what} ({pair_0}), which turns by 1 radian per position "
+                f"whatever the exponent and the base, is right at every position, and the later "
+                f"pairs are not (wrong in features {shown})")
+
+    return observe
+
 
 # ----------------------------------------------------------------------------- 05.1
 
@@ -150,6 +193,14 @@ def _rope_variant(*, pairs="half", freqs="cat", sign=1.0, exponent="2i", own_pos
     return variant
 
 
+def _rope_cos_sin_swapped(x, positions, base=10000.0):
+    """x·sin + rotate_half(x)·cos: right pairs and angles, the two factors exchanged."""
+    d = x.shape[-1]
+    angles = positions.float()[:, None] * base ** (-torch.arange(0, d, 2).float() / d)
+    angles = torch.cat([angles, angles], -1)
+    return x * angles.sin() + positional.rotate_half(x) * angles.cos()
+
+
 def _rope_case(shape, positions, base=None):
     def make(g):
         x = torch.randn(*shape, generator=g)
@@ -166,14 +217,94 @@ SINUSOIDAL_CASES = [
     Case("50 positions, d_model=16", _sinusoidal_case(50, 16)),
     Case("128 positions, d_model=64", _sinusoidal_case(128, 64),
          hint="Check the slowest pair too: the last frequency is 10000^(-(d-2)/d)."),
+    # longer than the fixed tables students slice (BERT's 512, the Annotated Transformer's
+    # 5000); float32 angles near 6000 round at 5e-4 (ulp 4.9e-4), so the tolerance is wider
+    Case("6000 positions, d_model=8", _sinusoidal_case(6000, 8), atol=2e-3, rtol=1e-3,
+         hint="The table has n_positions rows, however many that is: compute it for the "
+              "positions asked for (a fixed table of 512 or 5000 rows, sliced, is too short "
+              "here)."),
 ]
 
 BUCKET_CASES = [
     Case(f"{'bidirectional' if bi else 'causal'}, {nb} buckets, max_distance {md}, offsets -300..300",
          _bucket_case(bi, nb, md),
-         hint="" if bi else "Causal: a key after the query (offset > 0) gets bucket 0, like offset 0.")
+         hint="" if bi else "Causal: all num_buckets buckets are for keys at or before the query "
+                            "(they are halved only when bidirectional), distance = max(−r, 0), "
+                            "and every key after the query (offset > 0) shares bucket 0.")
     for bi in (True, False) for nb, md in [(32, 128), (16, 64), (8, 20)]
+] + [
+    # here ln(|r| / max_exact) / ln(max_distance / max_exact) · (n − max_exact) is an integer at
+    # |r| = 10, 20, 80 in exact arithmetic; float32 lands just below it (the same in torch's
+    # vectorised and scalar log and in numpy), float64 or log2 on it: T5's bucket is the lower
+    Case("bidirectional, 20 buckets, max_distance 160, offsets -300..300",
+         _bucket_case(True, 20, 160),
+         hint="At |r| = 10, 20 and 80 here the log ratio is an integer in exact arithmetic and "
+              "T5's float32 lands just below it: compute it in float32 as T5 writes it, "
+              "torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) "
+              "· (n − max_exact), then .long() (float64, or another base such as log2, gives "
+              "the next bucket)."),
+    # T5 passes the (N_q, N_k) matrix of offsets j − i
+    Case("a (12, 20) matrix of offsets j − i, causal, 32 buckets, max_distance 128",
+         lambda g: (9 * torch.arange(20)[None, :] - 15 * torch.arange(12)[:, None], False, 32, 128),
+         hint="The offsets may come as a matrix, as T5 builds them ((N_q, N_k), r = j − i): "
+              "return one bucket per offset, in the offsets' shape."),
 ]
+
+
+def _bucket_observation(expected, got) -> str:
+    """Where a 1-D table of buckets over the offsets −300..300 is wrong, when that place has a
+    name: the opposite offsets, only after or before the query, only offset 0, only the far
+    offsets of the last bucket, only the log-spaced buckets, or beyond the last bucket."""
+    e, a = expected[0], got[0]
+    if type(a) is not torch.Tensor or a.shape != e.shape or a.dtype != e.dtype or e.dim() != 1 \
+            or e.numel() != 601:
+        return ""
+    r = torch.arange(-300, 301)
+    wrong = a != e
+    if not wrong.any():
+        return ""
+    causal = bool((e[r > 0] == 0).all())
+    if torch.equal(a, e.flip(0)):
+        return "Your buckets are, at every offset r, the expected ones of the opposite offset −r"
+    if causal and not wrong[r <= 0].any():
+        return ("Causal: your buckets are wrong only for keys after the query (r > 0), and right "
+                "for every key at or before it")
+    if causal and not wrong[r == 0].any() and a[r < 0].max() < e.max():
+        return (f"Causal: for keys before the query your buckets stop at {int(a[r < 0].max())}, "
+                f"while the expected ones reach {int(e.max())} = num_buckets − 1"
+                + (", and keys after the query get buckets other than 0" if wrong[r > 0].any()
+                   else ""))
+    if not wrong[r != 0].any():
+        return (f"Only offset 0 (the key at the query's own position) is wrong: your bucket "
+                f"{int(a[300])}, expected 0")
+    exact = (int(e[r <= 0].max()) + 1) // 2  # max_exact: half the buckets of one direction
+    # the last bucket of each direction, which every offset beyond max_distance shares
+    far = ((e == e[0]) & (r < 0)) | (((e == e[-1]) & (r > 0)) if not causal else False)
+    if not wrong[~far].any():
+        return (f"Your buckets are wrong only at the far offsets, which share the last bucket of "
+                f"their direction ({int(e[0])}{'' if causal else f' and {int(e[-1])}'}); yours "
+                f"there go up to {int(a[wrong].max())}")
+    if not wrong[r.abs() < exact].any():
+        bad = r[wrong].abs()
+        return (f"The exact buckets (|r| < max_exact = {exact}) are right, and the log-spaced "
+                f"ones wrong at |r| from {int(bad.min())} to {int(bad.max())}")
+    if a.max() > e.max():
+        return (f"Your largest bucket is {int(a.max())}; the largest expected is {int(e.max())} "
+                "= num_buckets − 1")
+    return ""
+
+
+def _rope_pair(j: int, d: int) -> int:
+    return j % (d // 2)
+
+
+def _sinusoidal_pair(j: int, d: int) -> int:
+    return j // 2
+
+
+OWN_POSITION = ("Each vector is rotated by its own position, positions[n], whatever the gaps "
+                "between them, and for a large position too: compute the angles from positions "
+                "(a cos/sin table of fixed length, such as 512 or 2048 rows, is too short).")
 
 ROPE_CASES = [
     Case("by hand: one vector of d=4 at positions 0, 1, 2", _rope_case((1, 1, 3, 4), [0, 1, 2])),
@@ -181,11 +312,17 @@ ROPE_CASES = [
     Case("positions 100..105 (a continued sequence)", _rope_case((2, 2, 6, 16), list(range(100, 106))),
          hint="Rotate by the positions you are given, not by 0..N-1."),
     Case("uneven positions 0, 3, 10, 64, 250, d=32", _rope_case((1, 2, 5, 32), [0, 3, 10, 64, 250]),
-         hint="Each vector is rotated by its own position, positions[n], whatever the gaps "
-              "between them."),
+         hint=OWN_POSITION),
     Case("base=500, positions 0..4, d=32", _rope_case((1, 2, 5, 32), [0, 1, 2, 3, 4], 500.0),
          hint="θ_i = base^(-2i/d) with the base argument (this case passes base=500)."),
+    # far positions: a cos/sin cache of fixed length, indexed, is too short; the angles reach
+    # 9000 rad, whose float32 rounding (and a θ_f one ulp apart) moves cos and sin by ~1e-3
+    Case("positions up to 9000 (a long context), d=16",
+         _rope_case((1, 2, 6, 16), [0, 511, 512, 2048, 4097, 9000]), atol=5e-3, rtol=5e-3,
+         hint=OWN_POSITION),
 ]
+# float64: Llama computes the angles in float32 and casts cos and sin to x's dtype
+ROPE_CASES.append(in_dtype(ROPE_CASES[1], torch.float64))
 
 SUITES = [
     Suite(
@@ -198,6 +335,18 @@ SUITES = [
         atol=1e-4,
         hint="PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)), "
              "pos = 0..N-1.",
+        observe=_pair_observation(_sinusoidal_pair, "features 0 and 1", "table"),
+        readings=(
+            (r"^Pair 0 .* the later pairs are not",
+             "So your positions and the sin/cos layout are right, and the frequencies "
+             "ω_f = 10000^(−2f/d_model) of the pairs f ≥ 1 are not: look for an exponent other "
+             "than 2f/d_model (f counts the pairs), a base other than 10000, a d_model other "
+             "than the argument, an integer division (//) in the exponent, or pairs left out "
+             "(a range or loop that stops short)."),
+            (r"^Only the last, slowest pair",
+             "Its frequency is ω = 10000^(−(d_model − 2)/d_model): check that your pairs run to "
+             "f = d_model/2 − 1 (a range or loop one short leaves it out) and its exponent."),
+        ),
         mutants=[
             Mutant("sin and cos swapped", _sinusoidal_variant(swap=True),
                    "Your sines and cosines are swapped: the even features 2i hold "
@@ -229,6 +378,35 @@ SUITES = [
         hint="Bidirectional: halve num_buckets and give r > 0 the upper half; take |r|. Causal: "
              "distance = max(−r, 0). Exact buckets below num_buckets//2, then log-spaced ones, "
              "truncated toward zero, capped at the last bucket.",
+        observe=_bucket_observation,
+        readings=(
+            (r"expected ones of the opposite offset",
+             "The offset is r = j − i, the key position minus the query position: a key after "
+             "the query has r > 0 (the upper half when bidirectional, bucket 0 when causal)."),
+            (r"^Causal: your buckets are wrong only for keys after the query",
+             "In the causal variant every key after the query (r > 0) shares bucket 0: "
+             "distance = max(−r, 0)."),
+            (r"^Causal: for keys before the query your buckets stop",
+             "In the causal variant all num_buckets buckets are for keys at or before the "
+             "query (num_buckets is halved only when bidirectional), and every key after the "
+             "query shares bucket 0."),
+            (r"^Only offset 0",
+             "Offset 0 is bucket 0 in both variants: only r > 0 (strictly) goes to the upper "
+             "half."),
+            (r"wrong only at the far offsets",
+             "Offsets beyond max_distance all share the last bucket: cap the log-spaced buckets "
+             "at n − 1, where n is num_buckets, halved when bidirectional (the half's own last "
+             "bucket, not num_buckets − 1 of the whole table)."),
+            (r"^The exact buckets .* are right, and the log-spaced",
+             "Check the log-spaced buckets: max_exact + (ln(|r| / max_exact) / "
+             "ln(max_distance / max_exact) · (n − max_exact)).long(), computed in float32, with "
+             "n = num_buckets (halved when bidirectional), max_exact = n // 2 of that n, and the "
+             "max_distance argument."),
+            (r"^Your largest bucket is",
+             "Buckets run from 0 to num_buckets − 1 for the num_buckets argument: check the halving "
+             "when bidirectional, the upper half's offset (the halved n) and the cap at the last "
+             "bucket; nothing in the exercise is a fixed number."),
+        ),
         mutants=[
             Mutant("causal variant keeps future offsets", _bucket_variant(future="abs"),
                    "In the causal variant a key after the query (r > 0) must not get a bucket of "
@@ -266,6 +444,18 @@ SUITES = [
         rtol=1e-4,
         hint="θ_i = base^(−2i/d); angles = positions[:, None] · θ, repeated as cat(angles, angles); "
              "return x·cos + rotate_half(x)·sin with rotate_half(x) = cat(−x2, x1).",
+        observe=_pair_observation(_rope_pair, "features 0 and d/2", "output"),
+        readings=(
+            (r"^Pair 0 .* the later pairs are not",
+             "So your positions and the half-split pairing are right, and the frequencies "
+             "θ_f = base^(−2f/d) of the pairs f ≥ 1 are not: look for an exponent other than "
+             "−2f/d (f counts the pairs; with its minus sign: divide by base^(2f/d), never "
+             "multiply), the base argument not used, an integer division (//) in the "
+             "exponent, or pairs left out."),
+            (r"^Only the last, slowest pair",
+             "Its frequency is θ = base^(−(d − 2)/d): check that your pairs run to f = d/2 − 1 "
+             "and its exponent."),
+        ),
         mutants=[
             Mutant("interleaved pairs (the other convention)", _rope_variant(pairs="every_two",
                                                                              freqs="interleave"),
@@ -284,6 +474,9 @@ SUITES = [
                    "= cat(−x2, x1) it is x·cos + rotate_half(x)·sin."),
             Mutant("exponent i/d instead of 2i/d", _rope_variant(exponent="i"),
                    "Your frequencies are base^(−i/d); RoPE's are θ_i = base^(−2i/d), i = 0..d/2−1."),
+            Mutant("cos and sin swapped", _rope_cos_sin_swapped,
+                   "Your cos and sin are swapped: RoPE is x·cos(mθ) + rotate_half(x)·sin(mθ), "
+                   "which leaves x unchanged at position 0 (cos 0 = 1, sin 0 = 0)."),
             Mutant("positions ignored", _rope_variant(own_positions=True),
                    "You rotate by 0..N−1 instead of the positions passed in (a continued sequence "
                    "starts at its offset)."),

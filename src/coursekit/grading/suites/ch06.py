@@ -22,7 +22,9 @@ from coursekit.grading.suite import (
     OutputError,
     Suite,
     backward,
+    in_dtype,
     load_parameters,
+    scaled_batch,
 )
 
 # ----------------------------------------------------------------------------- 06.1 LayerNorm
@@ -31,6 +33,8 @@ from coursekit.grading.suite import (
 def run_layer_norm(cls, args):
     d_model, eps, weight, bias, x = args
     module = cls(d_model, eps)
+    if x.dtype == torch.float64:  # a model converted with .double(), then given its weights
+        module.double()
     load_parameters(module, {"weight": weight, "bias": bias})
     return backward(module, (x,), {"x": 0}, params=True)  # trained through: gradients too
 
@@ -51,7 +55,11 @@ def _ln_case(shape, eps=1e-5, constant=False, by_hand=False, offset=0.0):
     return make
 
 
-def _ln_variant(*, unbiased=False, eps_outside=False, dim=-1, affine=True):
+def _ln_variant(*, unbiased=False, eps_outside=False, dim=-1, affine=True, eps="added",
+                centre=True):
+    """A wrong LayerNorm, one bug switched on: ``eps`` "fixed" (1e-5 whatever the argument) or
+    "floor" (max(σ², ε) instead of σ² + ε); ``centre=False`` divides x by its RMS (RMSNorm)."""
+
     class Variant(nn.Module):
         def __init__(self, d_model, eps=1e-5):
             super().__init__()
@@ -60,13 +68,22 @@ def _ln_variant(*, unbiased=False, eps_outside=False, dim=-1, affine=True):
             self.bias = nn.Parameter(torch.zeros(d_model))
 
         def forward(self, x):
-            mu = x.mean(dim=dim, keepdim=True)
-            var = x.var(dim=dim, keepdim=True, unbiased=unbiased)
-            y = (x - mu) / (var.sqrt() + self.eps if eps_outside else (var + self.eps).sqrt())
+            mu = x.mean(dim=dim, keepdim=True) if centre else torch.zeros_like(x[..., :1])
+            var = (x - mu).pow(2).sum(dim, keepdim=True) / (x.shape[dim] - unbiased)
+            e = 1e-5 if eps == "fixed" else self.eps
+            y = (x - mu) / (var.sqrt() + e if eps_outside else
+                            var.clamp(min=e).sqrt() if eps == "floor" else (var + e).sqrt())
             return y * self.weight + self.bias if affine else y
 
     return Variant
 
+
+# One hint for the cases that probe ε, whichever way a submission gets it wrong.
+EPS_HINT = ("ε is the eps argument (self.eps), added to σ² under the square root for every "
+            "token: (x − μ) / √(σ² + ε). It keeps a constant token (σ² = 0) finite (its output "
+            "is the bias), and it shows wherever ε is large or σ² small: a fixed ε, ε added to σ "
+            "outside the root, ε as a floor max(σ², ε), or ε only where σ² = 0 all differ "
+            "there.")
 
 LN_CASES = [
     Case("by hand: one token (1, 2, 3, 4), γ = 1, β = 0", _ln_case((1, 1, 4), by_hand=True)),
@@ -77,15 +94,20 @@ LN_CASES = [
     Case("d_model = 3: the variance's divisor shows", _ln_case((2, 4, 3)),
          hint="The variance is the biased one: divide by d_model, not d_model − 1 "
               "(x.var(..., unbiased=False))."),
-    Case("large ε = 0.5", _ln_case((2, 3, 8), eps=0.5),
-         hint="This case passes eps=0.5: use the eps argument, inside the square root, "
-              "(x − μ) / √(σ² + ε)."),
+    Case("large ε = 0.5", _ln_case((2, 3, 8), eps=0.5), hint=EPS_HINT),
     Case("tokens with a mean near 1000", _ln_case((2, 3, 8), offset=1000.0),
          hint="Compute σ² as the mean of (x − μ)², after subtracting the mean: E[x²] − μ² "
               "cancels catastrophically in float32 when the mean is large.", grad=False),
-    Case("a constant token (σ² = 0)", _ln_case((2, 3, 8), constant=True),
-         hint="A token whose features are all equal has σ² = 0: ε keeps the division finite "
-              "and the output is β."),
+    Case("a constant token (σ² = 0)", _ln_case((2, 3, 8), constant=True), hint=EPS_HINT),
+]
+LN_CASES += [
+    # the second sequence's tokens at a thousandth of the scale: σ² ≈ 1e-5, the size of ε
+    scaled_batch(LN_CASES[1], 4, (1.0, 1e-3), hint=EPS_HINT),
+    # a model converted with .double(): computed in float64 to float64's precision (float32
+    # rounding is 1e-7 of the values). ε = 0 keeps where ε goes, which moves the outputs by
+    # ε/σ² ~ 1e-6 of them, out of this case: the cases above probe it.
+    in_dtype(Case("B=2, N=3, d_model=8, ε = 0", _ln_case((2, 3, 8), eps=0.0)), torch.float64,
+             atol=1e-10, rtol=1e-8),
 ]
 
 # ----------------------------------------------------------------------------- 06.2 FeedForward
@@ -121,7 +143,11 @@ def run_feed_forward(cls, args):
     module = cls(d_model, d_ff, dropout=dropout, activation=activation)
     load_parameters(module, dict(zip(FF_NAMES, weights, strict=True)))
     _mode(module, dropout)
-    return backward(module, (x,), {"x": 0}, params=True)
+    run = backward(module, (x,), {"x": 0}, params=True)
+    if type(run.value) is not torch.Tensor:
+        raise OutputError(f"forward returned a {type(run.value).__name__}; it should return "
+                          "one tensor, (B, N, d_model)")
+    return run
 
 
 def _ff_case(B, N, d_model, d_ff, activation, dropout=0.0):
@@ -155,7 +181,9 @@ FF_CASES = [
     Case("ReLU, B=2, N=3, d_model=8, d_ff=32", _ff_case(2, 3, 8, 32, "relu")),
     Case("GELU, B=2, N=4, d_model=8, d_ff=16", _ff_case(2, 4, 8, 16, "gelu"),
          hint="activation='gelu' is the exact GELU, x·Φ(x) (F.gelu), between the two layers."),
-    Case("ReLU, one position, d_ff=4", _ff_case(1, 1, 6, 4, "relu")),
+    Case("ReLU, one position, d_ff=4", _ff_case(1, 1, 6, 4, "relu"),
+         hint="With B = N = 1 the output keeps its shape (1, 1, d_model): the FFN acts on the "
+              "last axis only (x.squeeze() would drop the two axes of size 1)."),
     Case("GELU, B=3, N=5, d_model=4, d_ff=16", _ff_case(3, 5, 4, 16, "gelu")),
     Case("eval mode, dropout = 0.5: no dropout", _ff_case(2, 3, 8, 16, "gelu", dropout=0.5),
          hint="Dropout acts only in training mode: in eval mode (module.eval(), "
@@ -355,30 +383,41 @@ class _DecoderVariant(transformer.DecoderBlock):
     """A wrong DecoderBlock, one bug switched on by the class attributes."""
 
     causal = True
+    inverted_causal = False  # the causal mask in nn.MultiheadAttention's sense (True = blocked)
     kv_from = "memory"  # or "decoder"
     use_memory_mask = True
     cross_residual = True
     norm_memory = False
+    # dropout on each sub-layer's output, as asked (the older variants leave it out, and so
+    # do the corpus's sources of them)
+    sublayer_dropout = False
 
     def forward(self, y, memory, key_mask=None, memory_mask=None, is_causal=True,
                 need_weights=False):
+        def drop(k, t):
+            return getattr(self, f"dropout{k}")(t) if self.sublayer_dropout else t
+
         def self_attn(h):
-            return self.self_attn(h, key_mask=key_mask, is_causal=is_causal and self.causal)[0]
+            if is_causal and self.inverted_causal:
+                return drop(1, self.self_attn(h, attn_mask=~causal_mask(h.shape[1]),
+                                              key_mask=key_mask)[0])
+            return drop(1, self.self_attn(h, key_mask=key_mask,
+                                          is_causal=is_causal and self.causal)[0])
 
         def cross_attn(h, norm=None):
             kv = h if self.kv_from == "decoder" else memory
             kv = norm(kv) if norm is not None and self.norm_memory else kv
             mask = memory_mask if self.use_memory_mask and self.kv_from == "memory" else None
-            return self.cross_attn(h, kv, key_mask=mask)[0]
+            return drop(2, self.cross_attn(h, kv, key_mask=mask)[0])
 
         if self.norm_first:
             y = y + self_attn(self.norm1(y))
             y = y + cross_attn(self.norm2(y), self.norm2) if self.cross_residual \
                 else cross_attn(self.norm2(y), self.norm2)
-            return y + self.ff(self.norm3(y)), None, None
+            return y + drop(3, self.ff(self.norm3(y))), None, None
         y = self.norm1(y + self_attn(y))
         y = self.norm2(y + cross_attn(y) if self.cross_residual else cross_attn(y))
-        return self.norm3(y + self.ff(y)), None, None
+        return self.norm3(y + drop(3, self.ff(y))), None, None
 
 
 def _decoder_variant(**bugs):
@@ -474,7 +513,25 @@ SUITES = [
             Mutant("no γ and β", _ln_variant(affine=False),
                    "After normalising, scale and shift by the learned γ (self.weight) and β "
                    "(self.bias)."),
+            Mutant("eps argument ignored", _ln_variant(eps="fixed"),
+                   "Your output is what ε = 1e-5 gives whatever eps is passed (this case passes "
+                   "eps=0.5): use the eps argument, self.eps, in √(σ² + ε)."),
+            Mutant("ε as a floor", _ln_variant(eps="floor"),
+                   "You use ε as a floor, √max(σ², ε); LayerNorm adds it, √(σ² + ε), for every "
+                   "token: the two differ wherever σ² is not much larger than ε."),
+            Mutant("no centring (RMSNorm)", _ln_variant(centre=False),
+                   "You do not subtract the mean μ: dividing x by its root mean square is "
+                   "RMSNorm (Llama's). LayerNorm centres each token first: "
+                   "(x − μ) / √(σ² + ε), with σ² the mean of (x − μ)²."),
         ],
+        readings=(
+            # γ = 1 and β = 0 in the hand-made case: a constant factor is the scale's alone
+            (r"is the expected one times \S+, everywhere",
+             "So the normalisation's scale is off by a constant factor: σ² is the mean of "
+             "(x − μ)² over the d_model features, so its divisor is x.shape[-1] (not "
+             "d_model − 1, not the size of another axis), and the output divides by its square "
+             "root, √(σ² + ε)."),
+        ),
     ),
     Suite(
         exercise="06.2",
@@ -486,6 +543,15 @@ SUITES = [
         arg_names=("d_model", "d_ff", "activation", "dropout", *FF_NAMES, "x"),
         cases=FF_CASES,
         hint="FFN(x) = W₂ φ(W₁ x + b₁) + b₂: linear1, the activation, linear2.",
+        readings=(
+            (r"where `activation` is 'gelu';",
+             "What differs in those cases is the activation: activation='gelu' is the exact "
+             "GELU, F.gelu(h) = h·Φ(h) (nn.GELU()), between the two layers; not ReLU, not the "
+             "tanh or sigmoid approximations."),
+            (r"where `activation` is 'relu';",
+             "What differs in those cases is the activation: activation='relu' is ReLU, "
+             "F.relu(h) (nn.ReLU()), between the two layers."),
+        ),
         mutants=[
             Mutant("no activation", _ff_variant(act="none"),
                    "Your FFN has no non-linearity between linear1 and linear2, so it collapses "
@@ -513,6 +579,35 @@ SUITES = [
         cases=ENC_CASES,
         hint="Post-LN: X = LN₁(X + MHSA(X)); X = LN₂(X + FFN(X)). Pre-LN: X = X + MHSA(LN₁(X)); "
              "X = X + FFN(LN₂(X)).",
+        readings=(
+            (r"where `norm_first` is True;",
+             "What differs in those cases is Pre-LN (norm_first=True): X = X + Dropout(MHSA("
+             "norm1(X))), then X = X + Dropout(FFN(norm2(X))). Only each sub-layer's input is "
+             "normalised; the stream itself is not, anywhere in the block (the final LN comes "
+             "after the last block, outside it)."),
+            (r"where `norm_first` is False;",
+             "What differs in those cases is Post-LN (norm_first=False): X = norm1(X + "
+             "Dropout(MHSA(X))), then X = norm2(X + Dropout(FFN(X))): normalise the sum after "
+             "each residual addition, norm1 after the attention, norm2 after the FFN."),
+            (r"where `is_causal` is True;",
+             "What differs in those cases is the causal mask: with is_causal=True query i "
+             "attends only to keys j ≤ i. Pass is_causal=is_causal to self.self_attn, or an "
+             "attn_mask that is True where j ≤ i (True = may attend in coursekit, the opposite "
+             "of nn.MultiheadAttention's boolean masks)."),
+            (r"where `dropout` is 1\.0;",
+             "What differs in those cases is training mode with dropout = 1: each sub-layer's "
+             "output goes through its dropout before it joins the residual stream, "
+             "X + Dropout(Sublayer(·)) (dropout1 after the attention, dropout2 after the FFN), "
+             "so with p = 1 every sub-layer's output is dropped."),
+            (r"where `activation` is 'gelu';",
+             "What differs in those cases is the activation: pass activation on to the "
+             "FeedForward (activation='gelu' is the exact GELU)."),
+            (r"where `key_mask` is given;",
+             "What differs in those cases is the padding: key_mask (B, N) is True at real "
+             "tokens and False at padding, and the self-attention takes it as it is, "
+             "self.self_attn(h, key_mask=key_mask, ...), which gives the padding keys no "
+             "weight for every query (the queries at padding are not masked)."),
+        ),
         mutants=[
             Mutant("no residual around attention", _encoder_variant(attn_residual=False),
                    "The attention sub-layer has no residual connection: add its input back, "
@@ -548,10 +643,37 @@ SUITES = [
         cases=DEC_CASES,
         hint="Three sub-layers, each with a residual and a norm: causal self-attention over Y, "
              "cross-attention (queries from Y, keys and values from memory), FFN.",
+        readings=(
+            (r"where `norm_first` is True;",
+             "What differs in those cases is Pre-LN (norm_first=True): Y = Y + Dropout(SA("
+             "norm1(Y))), Y = Y + Dropout(CA(norm2(Y), memory)), Y = Y + Dropout(FFN(norm3(Y))): "
+             "each sub-layer reads its own norm of the stream (LN₁, LN₂, LN₃), memory comes in "
+             "as the encoder left it, and the stream itself is never normalised in the block."),
+            (r"where `norm_first` is False;",
+             "What differs in those cases is Post-LN (norm_first=False): Y = norm1(Y + "
+             "Dropout(SA(Y))), Y = norm2(Y + Dropout(CA(Y, memory))), Y = norm3(Y + "
+             "Dropout(FFN(Y))): each norm (LN₁, LN₂, LN₃) normalises the sum after its own "
+             "sub-layer."),
+            (r"where `memory_mask` is given;",
+             "What differs in those cases is the source's padding: memory_mask (B, N_s) is True "
+             "at the source's real tokens and is the cross-attention's key mask, "
+             "self.cross_attn(h, memory, key_mask=memory_mask)."),
+            (r"where `key_mask` is given;",
+             "What differs in those cases is the target's padding: key_mask (B, N_t) is True at "
+             "the decoder's real tokens and is the causal self-attention's key mask, "
+             "self.self_attn(h, key_mask=key_mask, is_causal=is_causal)."),
+        ),
         mutants=[
             Mutant("the decoder sees the future", _decoder_variant(causal=False),
                    "Your decoder's self-attention sees the future: position i may attend only to "
                    "positions j <= i (is_causal=True in self.self_attn)."),
+            Mutant("causal mask inverted", _decoder_variant(inverted_causal=True,
+                                                            sublayer_dropout=True),
+                   "Your causal mask is inverted: it lets query i see the keys after it and "
+                   "blocks itself and the keys before it (the last query sees nothing). "
+                   "coursekit's masks are True where attention is allowed, j ≤ i, the opposite "
+                   "of nn.MultiheadAttention's boolean masks: pass is_causal=is_causal to "
+                   "self.self_attn, or attn_mask=torch.ones(N, N, dtype=torch.bool).tril()."),
             Mutant("cross-attention keys from the decoder", _decoder_variant(kv_from="decoder"),
                    "Your cross-attention takes its keys and values from the decoder: they come "
                    "from memory, the encoder's output; only the queries come from the decoder, "

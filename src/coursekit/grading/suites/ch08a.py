@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coursekit.grading.suite import Case, Mutant, Suite, backward, load_parameters
+from coursekit.grading.suite import Case, Mutant, Suite, backward, in_dtype, load_parameters
 from coursekit.models import vit
 
 
@@ -79,6 +79,21 @@ CASES = [
     Case("P = 1: every pixel a token", _case(1, 2, 3, 5, 1)),
     Case("P = H = W: one patch", _case(3, 2, 4, 4, 4)),
 ]
+# What an observation implies for patchify, where it implies one thing.
+PATCH_READINGS = (
+    # 9 = (4 − 2 + 1)²: every 2 x 2 window of the 4 x 4 image, one pixel apart
+    (r"'by hand: one 4x4 image holding 0\.\.15, P = 2', your output has shape \(1, 9, 4\)",
+     "Your output holds 9 patches of 4 values, every 2 x 2 window of the 4 x 4 image one pixel "
+     "apart: the windows overlap. Patches are cut side by side, a step of P (unfold(2, P, P), or "
+     "the reshape into (H/P, P))."),
+)
+
+# The patches are the images' numbers rearranged: they keep the images' dtype.
+CASES.append(in_dtype(
+    CASES[2], torch.float64,
+    hint="This case passes float64 images: the patches are the same numbers rearranged, so they "
+         "come back in the images' dtype. A buffer made with torch.zeros(...) or torch.empty(...) "
+         "is float32 unless you pass dtype=images.dtype (images.new_zeros(...) keeps it)."))
 
 # ----------------------------------------------------------------------------- 08.3 ViTEmbedding
 
@@ -317,6 +332,30 @@ ROLLOUT_CASES = [
     Case("sharp attention: scores of large magnitude, rows near one-hot",
          _rollout_case(2, 3, 4, 6, 0.5, sharp=30.0)),
 ]
+# Attention maps may come in float64 (an analysis in double precision): R keeps their dtype.
+ROLLOUT_CASES.append(in_dtype(
+    ROLLOUT_CASES[1], torch.float64,
+    hint="This case passes float64 attention maps: make the identity (and any matrix you start "
+         "the product from) in their dtype, torch.eye(N, dtype=w.dtype), so that R comes back "
+         "float64 (a float32 matrix times a float64 one raises in a matmul)."))
+
+# What an observation implies for the rollout, where it implies one thing.
+ROLLOUT_READINGS = (
+    (r"is the transpose of the expected one",
+     "Your output is R transposed: row i of R says how much output token i draws on each input "
+     "token (row 0 is [CLS]'s). A transpose is extra somewhere, of a map, of the product or of "
+     "the result."),
+    (r"'B=2, 2 layers, 4 heads, N=5', your output has shape \(4, 5, 5\)",
+     "Your output's first axis has 4 entries where the batch has 2; in this case 4 is the number "
+     "of heads (and of layers times images). Each map is (B, H, N, N): average over the heads, "
+     "dim 1 (not dim 0, the batch), and multiply the L layers' maps, so that R is (B, N, N)."),
+    (r"shape \((\d+), 1, (\d+), \2\), expected \(\1, \2, \2\)",
+     "Your output still has a head axis, (B, 1, N, N) with one head: average the heads away, "
+     "weights[ℓ].mean(dim=1) without keepdim=True, so that each Â_ℓ and R are (B, N, N)."),
+    (r"shape \((\d+), (\d+)\), expected \(\1, \2, \2\)",
+     "Your output is (B, N), one axis short: return the whole matrix R, (B, N, N), not one row "
+     "of it or a sum over one of its axes (the figure reads row 0 afterwards)."),
+)
 
 SUITES = [
     Suite(
@@ -326,6 +365,7 @@ SUITES = [
         reference=unfold_patches,
         solution=vit.patchify,
         cases=CASES,
+        readings=PATCH_READINGS,
         arg_names=("images", "patch_size"),
         hint="Split H into (H/P, P) and W into (W/P, P), permute to (B, rows, cols, C, P, P), then "
              "flatten to (B, N, C·P·P).",
@@ -388,6 +428,7 @@ SUITES = [
         solution=vit.attention_rollout,
         cases=ROLLOUT_CASES,
         observe=_rollout_observe,
+        readings=ROLLOUT_READINGS,
         arg_names=("weights", "residual"),
         hint="Per layer: Ā_ℓ = the mean of weights[ℓ] over the heads (dim 1), Â_ℓ = residual·I + "
              "(1 − residual)·Ā_ℓ; then R = Â_L ··· Â_1, each new layer multiplied from the "

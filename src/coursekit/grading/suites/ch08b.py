@@ -35,20 +35,34 @@ def hf_clip_loss(image_embeds, text_embeds, logit_scale):
     return (caption_loss + image_loss) / 2.0
 
 
-def _variant(*, normalise=True, exp=True, directions="both", reduce="mean", temperature=False):
+def _variant(*, normalise=True, exp=True, directions="both", reduce="mean", temperature=False,
+             scale_twice=False):
     """A wrong loss, one bug switched on by the arguments."""
 
     def variant(image_embeds, text_embeds, logit_scale):
-        if normalise:
-            image_embeds = F.normalize(image_embeds, dim=-1)
-            text_embeds = F.normalize(text_embeds, dim=-1)
+        if normalise == "whole matrix":  # one norm for all the embeddings of a set
+            image_embeds = image_embeds / image_embeds.norm()
+            text_embeds = text_embeds / text_embeds.norm()
+        elif normalise:
+            axis = 0 if normalise == "batch axis" else -1
+            image_embeds = F.normalize(image_embeds, dim=axis)
+            text_embeds = F.normalize(text_embeds, dim=axis)
         scale = logit_scale.exp() if exp else logit_scale
-        logits = image_embeds @ text_embeds.T
-        logits = logits / scale if temperature else logits * scale
+        cosines = image_embeds @ text_embeds.T
+        logits = cosines / scale if temperature else cosines * scale
+        if scale_twice:  # the scale on each embedding: exp(t)² · cos
+            logits = logits * scale
         targets = torch.arange(len(logits))
-        row, col = F.cross_entropy(logits, targets), F.cross_entropy(logits.T, targets)
+        if reduce == "batch sum":
+            row = F.cross_entropy(logits, targets, reduction="sum")
+            col = F.cross_entropy(logits.T, targets, reduction="sum")
+        else:
+            row = F.cross_entropy(logits, targets)
+            col = F.cross_entropy((cosines if directions == "rows scaled" else logits).T, targets)
         if directions == "images":
             return row
+        if directions == "captions":
+            return col
         return row + col if reduce == "sum" else (row + col) / 2
 
     return variant
@@ -60,10 +74,13 @@ def _diagonal_only(image_embeds, text_embeds, logit_scale):
     return -(logit_scale.exp() * cos).mean()
 
 
-def _case(B, d, *, scale=2.6593, norms=1.0, skew=False):
+def _case(B, d, *, scale=2.6593, norms=1.0, skew=False, aligned=False):
     def make(g):
         image = torch.randn(B, d, generator=g) * norms
         text = torch.randn(B, d, generator=g) * norms
+        if aligned:  # every embedding near one direction: cosines near 1, logits near exp(t)
+            image = torch.randn(d, generator=g) + 0.1 * image
+            text = image + 0.05 * text
         if skew:  # rows of very different lengths, and texts close to their images
             image = image * torch.linspace(0.1, 10, B)[:, None]
             text = 0.5 * text + image / image.norm(dim=-1, keepdim=True)
@@ -81,9 +98,17 @@ CASES = [
     Case("logit_scale = 0 (temperature 1)", _case(4, 8, scale=0.0),
          hint="logit_scale is t, a logarithm: the logits are multiplied by exp(t), which is 1 "
               "when t = 0."),
-    Case("logit_scale = 4.6 (the cap, exp(t) = 100)", _case(3, 16, scale=4.6052),
+    # Near CLIP's cap of 100, not on it: CLIP's training code clamps logit_scale at ln 100, and
+    # a clamp at the cap would zero the gradient there (transformers' forward does not clamp).
+    Case("logit_scale = 4.5 (exp(t) = 90, near CLIP's cap of 100)", _case(3, 16, scale=4.5),
          hint="Multiply the cosine similarities by exp(logit_scale); dividing by it would be "
               "dividing by the inverse temperature."),
+    Case("exp(t) = 90 and cosines near 1: logits near 89, whose exp overflows float32",
+         _case(5, 16, scale=4.5, aligned=True),
+         hint="With logits near 89, exp(logit) exceeds float32's largest number (about e^88.7) "
+              "and becomes inf: compute the cross-entropy with F.cross_entropy or "
+              "F.log_softmax, which subtract each row's maximum first (a stable log-sum-exp), "
+              "not as log(exp(...) / sum(exp(...)))."),
     Case("B=1: a single pair", _case(1, 8)),
     Case("B=7, unnormalised inputs of norm about 5", _case(7, 8, norms=5.0)),
 ]
@@ -119,18 +144,22 @@ def hf_zero_shot_logits(image_embeds, prompt_embeds, logit_scale):
 
 
 def _zero_shot_variant(*, normalise_prompts=True, renormalise=True, normalise_images=True,
-                       exp=True, softmax=False):
+                       exp=True, softmax=False, best_prompt=False, class_axis=-1):
     """Wrong zero-shot logits, one bug switched on by the arguments."""
 
     def variant(image_embeds, prompt_embeds, logit_scale):
         if normalise_prompts:
             prompt_embeds = F.normalize(prompt_embeds, dim=-1)
-        classes = prompt_embeds.mean(dim=1)
-        if renormalise:
-            classes = F.normalize(classes, dim=-1)
         if normalise_images:
             image_embeds = F.normalize(image_embeds, dim=-1)
-        logits = (logit_scale.exp() if exp else logit_scale) * image_embeds @ classes.T
+        scale = logit_scale.exp() if exp else logit_scale
+        if best_prompt:  # each class scored by its most similar prompt
+            cosines = torch.einsum("bd,cpd->bcp", image_embeds, prompt_embeds)
+            return scale * cosines.amax(dim=-1)
+        classes = prompt_embeds.mean(dim=1)
+        if renormalise:
+            classes = F.normalize(classes, dim=class_axis)
+        logits = scale * image_embeds @ classes.T
         return logits.softmax(dim=-1) if softmax else logits
 
     return variant
@@ -150,6 +179,17 @@ def _zero_shot_case(B, C, P, d, *, scale=2.6593, prompt_lengths=False, image_len
     return make
 
 
+# What an observation implies for zero-shot logits, where it implies one thing.
+ZERO_SHOT_READINGS = (
+    (r"is the transpose of the expected one",
+     "Your logits are transposed, (C, B), one row per class: return (B, C), one row per image "
+     "(images @ classes.T), so that each row's argmax is that image's class."),
+    # 0.0049 = exp(−2t) at t = ln(1/0.07): the logits divided by exp(t) instead of multiplied
+    (r"log\(1/0\.07\)', your output is the expected one times 0\.0049",
+     "Your logits are the expected ones times τ² = 0.0049: you divide the cosine similarities "
+     "by exp(t) = 1/τ; multiply by it (dividing by τ)."),
+)
+
 ZERO_SHOT_CASES = [
     Case("B=6 images, C=5 classes, P=4 prompts, d_embed=8, logit_scale = log(1/0.07)",
          _zero_shot_case(6, 5, 4, 8)),
@@ -168,9 +208,10 @@ ZERO_SHOT_CASES = [
     Case("logit_scale = 0 (temperature 1)", _zero_shot_case(3, 4, 2, 8, scale=0.0),
          hint="logit_scale is t, a logarithm: the cosine similarities are multiplied by exp(t), "
               "which is 1 when t = 0."),
-    Case("logit_scale = 4.6 (the cap, exp(t) = 100)", _zero_shot_case(4, 6, 3, 16, scale=4.6052),
+    Case("logit_scale = 4.5 (exp(t) = 90, near CLIP's cap of 100)",
+         _zero_shot_case(4, 6, 3, 16, scale=4.5),
          hint="Multiply the cosine similarities by exp(logit_scale), the inverse temperature "
-              "(100 here), not by logit_scale and not by its inverse."),
+              "(90 here), not by logit_scale and not by its inverse."),
 ]
 
 SUITES = [
@@ -206,6 +247,30 @@ SUITES = [
                    "Your loss only rewards the matching pairs. A contrastive loss also pushes the "
                    "B − 1 wrong pairings apart: a cross-entropy over each row and column of the "
                    "B x B logits."),
+            Mutant("summed over the batch", _variant(reduce="batch sum"),
+                   "Your loss grows with the batch size: each cross-entropy is the mean over the "
+                   "B rows (or columns), F.cross_entropy's default reduction='mean'; a sum over "
+                   "the batch (reduction='sum') is B times too large."),
+            Mutant("scaled twice", _variant(scale_twice=True),
+                   "Your logits are exp(t)² times the cosine similarities (the scale applied to "
+                   "each embedding, or to the product twice): multiply the B x B cosine "
+                   "similarities by exp(t) once."),
+            Mutant("one norm for each whole set", _variant(normalise="whole matrix"),
+                   "You divide each set of embeddings by one norm, that of the whole (B, d_embed) "
+                   "matrix: normalise each embedding (each row) to unit length, x / "
+                   "x.norm(dim=-1, keepdim=True) or F.normalize(x, dim=-1)."),
+            Mutant("captions pick images only", _variant(directions="captions"),
+                   "Your loss only asks each caption to pick its image. The loss is symmetric: "
+                   "also each image must pick its caption (cross-entropy over the rows of the "
+                   "logits), and the two are averaged."),
+            Mutant("normalised along the batch axis", _variant(normalise="batch axis"),
+                   "You normalise along the batch axis (dim=0), each feature over the B "
+                   "embeddings: normalise each embedding, along its last axis (dim=-1), to unit "
+                   "length."),
+            Mutant("caption logits not scaled", _variant(directions="rows scaled"),
+                   "Only one direction's logits are multiplied by exp(t): the caption-to-image "
+                   "cross-entropy uses the same scaled logits, transposed (logits.T), not the "
+                   "unscaled cosine similarities."),
         ],
     ),
     Suite(
@@ -215,6 +280,7 @@ SUITES = [
         reference=hf_zero_shot_logits,
         solution=hf_zero_shot_logits,
         cases=ZERO_SHOT_CASES,
+        readings=ZERO_SHOT_READINGS,
         arg_names=("image_embeds", "prompt_embeds", "logit_scale"),
         grad=("image_embeds", "prompt_embeds", "logit_scale"),
         hint="Normalise each prompt embedding along its last axis, average over the P prompts of "
@@ -241,6 +307,14 @@ SUITES = [
                    "You return probabilities (a softmax over the classes). The exercise asks for "
                    "the logits, exp(t) times the cosine similarities: leave the softmax to whoever "
                    "uses them (an argmax does not need it, a cross-entropy applies its own)."),
+            Mutant("best prompt per class", _zero_shot_variant(best_prompt=True),
+                   "You score each class by its best prompt (a maximum over the prompts). CLIP's "
+                   "ensemble averages the prompts' unit vectors over dim=1 and normalises the "
+                   "mean: one class embedding, compared once with each image."),
+            Mutant("class embeddings normalised along the class axis",
+                   _zero_shot_variant(class_axis=0),
+                   "You normalise the mean embeddings along the class axis (dim=0), across the "
+                   "classes: normalise each class's embedding along its last axis (dim=-1)."),
         ],
     ),
 ]
@@ -307,6 +381,47 @@ def _random_texts(batch, n, d, eot_id, pad_id, low, high):
     return make
 
 
+def _pool_observe(expected, got):
+    """Which position was pooled, read where the hidden states are arange (the by-hand case):
+    each state holds d consecutive numbers, d apart from the next position's, so an output off
+    by k·d in every feature is the state k positions later. Empty unless every row of the output
+    is such a state, off by the same k ≠ 0."""
+    e, a = expected[0], got[0]
+    if type(a) is torch.Tensor and a.shape != e.shape:
+        return f"Your output has shape {tuple(a.shape)}, expected {tuple(e.shape)}"
+    if a.dim() != 2 or not a.is_floating_point() or a.dtype != e.dtype \
+            or not torch.isfinite(a).all():
+        return ""
+    d = e.shape[-1]
+    steps = torch.arange(d, dtype=e.dtype).expand_as(e)
+    if not (torch.equal(e - e[:, :1], steps) and torch.equal(a - a[:, :1], steps)):
+        return ""
+    shift = (a[:, 0] - e[:, 0]) / d
+    if not torch.equal(shift, shift.round()) or (shift == 0).any() or (shift != shift[0]).any():
+        return ""
+    k = int(shift[0])
+    return (f"In the by-hand case every row of your output is the hidden state {abs(k)} "
+            f"position{'s' if abs(k) > 1 else ''} {'after' if k > 0 else 'before'} the row's "
+            "first <eot>")
+
+
+POOL_READINGS = (
+    (r"shape \((\d+), \1, (\d+)\), expected \(\1, \2\)",
+     "Your output is (B, B, d): hidden[:, positions] takes every row's <eot> position from every "
+     "text. Index the batch axis too, hidden[torch.arange(B), positions], one state per row."),
+    (r"shape \((\d+), 1\), expected \(\1, (?!1\))\d+\)",
+     "Your output has one number per row where a hidden state has d: for instance a gather "
+     "along the positions whose index was not expanded over the features; index "
+     "hidden[torch.arange(B), positions], or gather with the index (B, 1, d)."),
+    (r"state 1 position before the row's first <eot>",
+     "Your index is one less than the position of the first <eot>: (ids == eot_id).int()"
+     ".argmax(dim=-1) already points at it, with no − 1."),
+    (r"state 1 position after the row's first <eot>",
+     "Your index is one more than the position of the first <eot>: (ids == eot_id).int()"
+     ".argmax(dim=-1) already points at it, with no + 1; the state after it is the next token's "
+     "(padding)."),
+)
+
 FIRST = ("Pool at the first position where ids == eot_id in each row: under the causal mask it is "
          "the first position that has read the whole text. Not the last position, nor the "
          "largest id (a legacy rule of the original CLIP vocabulary, whose end-of-text token "
@@ -341,6 +456,8 @@ SUITES.append(
         reference=hf_eot_pool,
         solution=clip.eot_pool,
         cases=POOL_CASES,
+        observe=_pool_observe,
+        readings=POOL_READINGS,
         arg_names=("hidden", "ids", "eot_id"),
         grad=("hidden",),
         hint="For each row b, find the first position where ids[b] == eot_id and take "

@@ -26,8 +26,11 @@ from coursekit.grading.suite import (
     Mutant,
     OutputError,
     Suite,
+    as_container,
     backward,
+    in_dtype,
     load_parameters,
+    scaled_batch,
 )
 
 # ----------------------------------------------------------------------------- 09.1 LoRALinear
@@ -150,7 +153,8 @@ class _LoRAVariant(nn.Module):
     """A wrong LoRALinear, one bug switched on by the class attributes."""
 
     B_init = "zeros"  # or "kaiming", "A too"
-    scale = "alpha/r"  # or "none", "r/alpha"
+    scale = "alpha/r"  # or "none", "r/alpha", "alpha//r"
+    merge_scaled = True  # False: merge() adds B A without α/r
     freeze = True
     transposed = False
     merge_guard = True
@@ -160,7 +164,8 @@ class _LoRAVariant(nn.Module):
         super().__init__()
         self.base = nn.Linear(in_features, out_features, bias=bias)
         self.base.requires_grad_(not self.freeze)
-        self.scaling = {"alpha/r": alpha / r, "none": 1.0, "r/alpha": r / alpha}[self.scale]
+        self.scaling = {"alpha/r": alpha / r, "none": 1.0, "r/alpha": r / alpha,
+                        "alpha//r": alpha // r}[self.scale]
         shape_A, shape_B = ((in_features, r), (r, out_features)) if self.transposed \
             else ((r, in_features), (out_features, r))
         self.lora_A = nn.Parameter(torch.empty(shape_A))
@@ -187,7 +192,7 @@ class _LoRAVariant(nn.Module):
     def merge(self):
         if self.merge_guard and self.merged:
             return
-        self.base.weight += self.delta()
+        self.base.weight += self.delta() if self.merge_scaled else self.lora_B @ self.lora_A
         self.merged = True
 
     @torch.no_grad()
@@ -234,12 +239,13 @@ LORA_CASES = [
 
 
 def peft_is_target(name, target_modules):
-    """The authority: peft's own matching of ``target_modules`` against a module name."""
+    """The authority: peft's own matching of ``target_modules`` against a module name (a str,
+    or any collection of names: peft's LoraConfig takes a list, a tuple or a set)."""
     from peft import LoraConfig
     from peft.tuners.tuners_utils import check_target_module_exists
 
-    config = LoraConfig(target_modules=list(target_modules) if isinstance(target_modules, tuple)
-                        else target_modules)
+    config = LoraConfig(target_modules=target_modules if isinstance(target_modules, str)
+                        else sorted(target_modules))
     return bool(check_target_module_exists(config, name))
 
 
@@ -279,6 +285,10 @@ def _matcher(rule):
             return any(name.endswith(t) for t in target_modules)
         if rule == "suffix only":
             return any(name.endswith("." + t) for t in target_modules)
+        if rule == "first entry only":  # a return inside the loop
+            for t in target_modules:
+                return name == t or name.endswith("." + t)
+            return False
         return any(name == t or name.endswith("." + t) for t in target_modules)
 
     return is_target
@@ -313,6 +323,19 @@ TARGET_CASES = [
               "added by hand, '^' + pattern + '$', bind to the first and the last alternative "
               "only: '^blocks\\.0|head$' accepts every name that starts with 'blocks.0'."),
 ]
+# Anything but a string is a collection of names: a tuple as well as a list (peft's LoraConfig
+# takes both, and a set; the batch grader's protocol carries lists and tuples, not sets).
+TARGET_CASES.append(as_container(
+    TARGET_CASES[0], 1, tuple,
+    hint="This case passes the names as a tuple where the others pass a list: anything that is "
+         "not a string is a collection of names. Test isinstance(target_modules, str) for the "
+         "regular expression, and iterate over anything else."))
+TARGET_READINGS = (
+    (r"'a regex over the whole name', your output is zero everywhere",
+     "No name matches your pattern: a string target_modules is a regular expression, matched "
+     "against each name with re.fullmatch(target_modules, name), the pattern first (not "
+     "escaped, and not compared with the name as a plain string)."),
+)
 
 # ----------------------------------------------------------------------------- 09.6 energy_shares
 
@@ -394,7 +417,27 @@ SHARES_CASES = [
          hint="With entries of size 1e-25, σ_k² is below float32's smallest number and rounds "
               "to 0. Divide the singular values by the largest before squaring: the shares do "
               "not change."),
+    Case("entries of size 1e-35, near float32's smallest normal number",
+         _matrix_case(6, 6, scale=1e-35),
+         hint="Entries of any size have shares: divide the singular values by the largest one "
+              "itself, however small, and guard only a zero (a clamp or an epsilon such as 1e-12 "
+              "turns σ_k / σ_1 into numbers whose squares underflow to 0)."),
 ]
+SHARES_CASES += [
+    scaled_batch(SHARES_CASES[6], 0, (1e15, 1e-15),
+                 hint="In this case the two halves of the batch differ in scale by 1e30: divide "
+                      "each matrix's singular values by its own largest one, s[..., :1], not by "
+                      "the largest of the whole batch."),
+    in_dtype(SHARES_CASES[1], torch.float64,
+             hint="This case passes a float64 matrix: return its shares in float64 (svdvals "
+                  "keeps the dtype; a .float(), or a float32 constant, does not)."),
+]
+SHARES_READINGS = (
+    (r"'entries of size 1e25: σ² overflows float32', your output is zero everywhere",
+     "Your shares are all 0 for entries of size 1e25: something overflowed to inf (σ², or a norm "
+     "of σ, which torch computes without rescaling) and the division by it gave 0. Divide σ by "
+     "its largest value before squaring it or taking a norm."),
+)
 
 SUITES = [
     Suite(
@@ -433,7 +476,20 @@ SUITES = [
                    _lora_variant(forward_after_merge="adds the path again"),
                    "After merge() the update is inside self.base.weight: forward must then "
                    "return the base layer's output alone, or ΔW counts twice."),
+            Mutant("scale as an integer division", _lora_variant(scale="alpha//r"),
+                   "Your scale is α // r, an integer division: α = 3, r = 2 gives 1, not 1.5 "
+                   "(and α = 2, r = 4 gives 0). Use self.scaling = alpha / r."),
+            Mutant("merge without the scale", _lora_variant(merge_scaled=False),
+                   "merge() adds B A without the scale: ΔW = (α/r)·B A, the same update the "
+                   "forward pass adds, so that the merged layer computes what the unmerged one "
+                   "did (and unmerge() subtracts that same ΔW)."),
         ],
+        # the flags of the 'trainable' case are (W₀, b, A, B): (0, 1, 1, ·) against (0, 0, 1, 1)
+        readings=((r"'only A and B are trainable', your output holds the expected values one "
+                   r"position earlier along axis 0",
+                   "The trainable flags of (W₀, b, A, B) show self.base.bias trainable: freeze "
+                   "the whole base layer, self.base.requires_grad_(False); setting "
+                   "self.base.weight.requires_grad = False alone leaves the bias trainable."),),
     ),
     Suite(
         exercise="09.2",
@@ -465,7 +521,12 @@ SUITES = [
             Mutant("a string treated as a list", _matcher("list only"),
                    "A string target_modules is one regular expression (isinstance(target_modules, "
                    "str)): iterating over it goes over its characters."),
+            Mutant("returns after the first entry", _matcher("first entry only"),
+                   "Your code decides on the first entry alone (a return inside the loop): a "
+                   "name that matches a later entry ('v' in ['q', 'v']) is missed. Return True "
+                   "on a match and False only after the loop, or use any(...)."),
         ],
+        readings=TARGET_READINGS,
     ),
 ]
 
@@ -477,6 +538,7 @@ SUITES.append(Suite(
     solution=lora.energy_shares,
     arg_names=("matrix",),
     cases=SHARES_CASES,
+    readings=SHARES_READINGS,
     hint="σ = torch.linalg.svdvals(matrix) (largest first), divided by σ[..., :1] where it is "
          "positive; the shares are σ² / Σ σ² over the last axis, 0 where the sum is 0.",
     mutants=[

@@ -23,7 +23,9 @@ The authority is ``bitsandbytes``:
   ``double_quantize(..., grid_bits=16)`` reproduces it (``tests/test_quant_bnb.py``).
 
 Quantisation is not trained through: no gradients are compared. Indices are compared exactly,
-the constants to float32 rounding.
+the constants to float32 rounding; where w / c lies on a midpoint only up to float32 rounding
+(a division by c, or an argmin over float32 distances, may land on the other side of it), either
+neighbour is accepted (``tie_judge``). At an exact tie the lower one is required.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from coursekit import quant
-from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.grading.suite import Case, Mutant, Suite, compare, in_dtype
 
 
 def bnb_nf4_code_book(offset=quant.NF4_OFFSET):
@@ -84,10 +86,51 @@ def _bnb_kernel(A, code, blocksize):
     return torch.ops.bitsandbytes.quantize_blockwise.default.redispatch(keys, A, code, blocksize)
 
 
+def other_nearest(w, code, blocksize, indices):
+    """For each value of ``w``, the index another exact reading of "the code value nearest to
+    w / c" gives where it differs from ``indices`` (bitsandbytes': w·(1/c), then the midpoints):
+    w / c instead of w·(1/c), an argmin over the float32 distances, or the nearest value in
+    exact arithmetic (float64). They differ only for a value within float32 rounding of a
+    midpoint, and then by one index; elsewhere the result is ``indices`` itself. At an exact
+    tie (the int4 grid k/8, where every computation is exact) they all give the lower value."""
+    blocks = w.detach().float().reshape(-1, blocksize)
+    c = blocks.abs().amax(dim=1).clamp(min=1e-38)[:, None]
+    code = code.float()
+    mids = (code[:-1] + code[1:]) / 2
+    ratio = (blocks / c).reshape(-1)
+    product = (blocks * (1.0 / c)).clamp(-1, 1).reshape(-1)
+    exact = (blocks.double() / c.double()).reshape(-1)
+    code64 = code.double()
+    readings = [torch.bucketize(ratio, mids),
+                (product[:, None] - code).abs().argmin(dim=1),
+                (ratio[:, None] - code).abs().argmin(dim=1),
+                (exact[:, None] - code64).abs().argmin(dim=1),
+                torch.bucketize(exact, (code64[:-1] + code64[1:]) / 2)]
+    ref, other = indices.reshape(-1).long(), indices.reshape(-1).long().clone()
+    for got in readings:
+        other = torch.where((other == ref) & ((got - ref).abs() == 1), got, other)
+    return other.to(torch.uint8)
+
+
 def bnb_quantize_blockwise(w, code, blocksize=64):
-    """The authority: bitsandbytes' kernel on ``w``, its indices flattened."""
+    """The authority: bitsandbytes' kernel on ``w``, its indices flattened; then, for the
+    judge, the other neighbour each value may take within float32 rounding of a midpoint."""
     indices, absmax = _bnb_kernel(w.detach().float(), code.float(), blocksize)
-    return indices.reshape(-1), absmax
+    indices = indices.reshape(-1)
+    return indices, absmax, other_nearest(w, code, blocksize, indices)
+
+
+def tie_judge(expected, got, atol, rtol):
+    """The verdict on the indices (output 0) and the rest, where the reference also gives, as
+    its last output, the other index each value may take (:func:`other_nearest`): an index
+    equal to that one is read as bitsandbytes' own. Any other difference is wrong."""
+    real = len(expected) - 1
+    if len(got) == len(expected) or real < 1:  # the reference itself, or a mutant's outputs
+        return compare(expected, got, atol, rtol)
+    mine, other, theirs = got[0] if len(got) else None, expected[-1], expected[0]
+    if type(mine) is torch.Tensor and mine.shape == theirs.shape and mine.dtype == theirs.dtype:
+        got = [torch.where((mine == other) & (other != theirs), theirs, mine), *got[1:]]
+    return compare(list(expected[:real]), got, atol, rtol)
 
 
 NF4 = quant.NF4_PUBLISHED  # bitsandbytes' table: a case gets a fresh tensor each time
@@ -137,9 +180,36 @@ def _magnitudes(w, g):
     return w * torch.tensor([1e4, 1e-7, 1.0, 300.0])[:, None]
 
 
+def _tiny(w, g):
+    """Blocks whose largest |w| is positive but under 1e-8 (about 3e-9, 3e-20, 3e-30), and one
+    of std 1: thresholds a student might clamp c at."""
+    return w * torch.tensor([1e-9, 1e-20, 1e-30, 1.0])[:, None]
+
+
+def _nf4_midpoints(w, g):
+    """Blocks of 64 whose values, times 1/c, land exactly on the float32 midpoints between
+    neighbouring NF4 values (bitsandbytes' own ties: to the lower value), where a division by
+    c or an argmin over float32 distances may pick the upper one."""
+    code = torch.tensor(NF4)
+    mids = (code[:-1] + code[1:]) / 2
+    c = 0.5 + torch.rand(w.shape[0], 1, generator=g)
+    inverse = 1.0 / c
+    target = mids[torch.randint(0, 15, w.shape, generator=g)]
+    target = target * torch.where(torch.rand(w.shape, generator=g) < 0.5, -1.0, 1.0)
+    out = (target.double() / inverse.double()).float()
+    for _ in range(3):  # step to the float32 neighbour whose product with 1/c is the midpoint
+        product = out * inverse
+        out = torch.where(product > target, torch.nextafter(out, torch.zeros_like(out) - 9), out)
+        product = out * inverse
+        out = torch.where(product < target, torch.nextafter(out, torch.zeros_like(out) + 9), out)
+    out[:, 0] = c[:, 0]  # the absmax itself
+    return out
+
+
 def _q_variant(kind):
     def quantize_blockwise(w, code, blocksize=64):
-        blocks = w.reshape(-1, blocksize).float()
+        # in w's dtype, as students write it (not upcast: float16 weights stay float16)
+        blocks = w.reshape(-1, blocksize)
         absmax = blocks.abs().amax(dim=1)
         if kind == "per tensor":
             absmax = blocks.abs().amax().expand(blocks.shape[0]).clone()
@@ -189,7 +259,27 @@ Q_CASES = [
               "added to it, no clamp above the smallest float)."),
     Case("an 8-bit linear code (255 values), blocks of 256",
          _q_case((4, 256), 256, code="linear8")),
+    Case("blocks whose largest |w| is under 1e-8 (about 3e-9, 3e-20, 3e-30) and one of std 1",
+         _q_case((4, 64), 64, std=1.0, edit=_tiny),
+         hint="Divide by c itself, however small: only c = 0 needs the guard. A clamp or a "
+              "threshold at 1e-8 (or at any value above float32's smallest, about 1e-38) "
+              "changes the indices of a block whose largest |w| lies under it."),
+    Case("NF4 values w·(1/c) exactly on the float32 midpoints",
+         _q_case((4, 64), 64, edit=_nf4_midpoints),
+         hint="A value exactly on a midpoint goes to the lower code value, as bitsandbytes "
+              "sends it (torch.bucketize on the midpoints, right=False). Where w / c lies on a "
+              "midpoint only up to float32 rounding, either neighbour is accepted."),
 ]
+# Weights in float16 and bfloat16: bitsandbytes computes in float32 (it upcasts w first), and
+# the constants are float32 whatever the weights' dtype. Indices are compared exactly.
+LOW_PRECISION_HINT = ("This case passes 16-bit weights (float16 or bfloat16): upcast them to "
+                      "float32 first, w.float(), as bitsandbytes does, and compute w / c and the "
+                      "constants in float32 (w / c rounded to 16 bits lands on the other side of "
+                      "a midpoint for some values; the constants are float32 whatever w's dtype).")
+Q_CASES += [in_dtype(Q_CASES[0], torch.bfloat16, only=(0,), atol=0.0, rtol=1e-6,
+                     hint=LOW_PRECISION_HINT),
+            in_dtype(Q_CASES[4], torch.float16, only=(0,), atol=0.0, rtol=1e-6,
+                     hint=LOW_PRECISION_HINT)]
 
 # ----------------------------------------------------------------------------- 09.5 double_quantize
 
@@ -206,10 +296,15 @@ def bnb_dynamic_map():
 
 def bnb_double_quantize(absmax, code, blocksize=256):
     """The authority: bitsandbytes' nested quantisation (offset = the constants' mean, then
-    block-wise quantisation of absmax − offset to ``code``), through its PyTorch kernel."""
+    block-wise quantisation of absmax − offset to ``code``), through its PyTorch kernel; then,
+    for the judge, the other neighbour each index may take within float32 rounding of a
+    midpoint (:func:`other_nearest`)."""
     offset = absmax.mean()
-    indices, absmax2 = _bnb_kernel(absmax - offset, code.float(), blocksize)
-    return indices, absmax2, offset
+    centred = absmax - offset
+    indices, absmax2 = _bnb_kernel(centred, code.float(), blocksize)
+    padded = F.pad(centred, (0, (-centred.numel()) % blocksize))
+    other = other_nearest(padded, code, blocksize, F.pad(indices, (0, padded.numel() - indices.numel())))
+    return indices, absmax2, offset, other[:indices.numel()]
 
 
 def solution_double_quantize(absmax, code, blocksize=256):
@@ -234,6 +329,17 @@ def _outlier_constant(absmax, g):
 
 def _decades(absmax, g):
     return 10 ** (3 * torch.rand(absmax.shape, generator=g) - 2)  # 0.01 to 10
+
+
+def _near_the_mean(absmax, g):
+    """The first half of the constants a few float32 steps from 0.01, the second half spread
+    symmetrically about it: the first block's centred constants are all under 1e-8."""
+    half = absmax.numel() // 2
+    a = torch.tensor(0.01)
+    step = torch.nextafter(a, torch.tensor(1.0)) - a  # 9.3e-10
+    first = a + torch.randint(-4, 5, (half,), generator=g).float() * step
+    spread = 0.005 * torch.rand(half // 2, generator=g)
+    return torch.cat([first, a + spread, a - spread])
 
 
 def _d_variant(kind):
@@ -280,6 +386,9 @@ D_CASES = [
     Case("1000 constants, blocks of 256: the last block partial", _d_case(1000, 256),
          hint=PARTIAL),
     Case("512 constants: exactly two blocks of 256", _d_case(512, 256)),
+    Case("blocksize 64 on 512 constants: eight whole blocks", _d_case(512, 64),
+         hint="Use the blocksize argument: blocks of `blocksize` centred constants (64 here), "
+              "one absmax₂ each."),
     Case("blocksize 64 on 300 constants", _d_case(300, 64), hint=PARTIAL),
     Case("blocksize 128, 100 constants: less than one block", _d_case(100, 128), hint=PARTIAL),
     Case("768 constants of large magnitude (weights of std 300)", _d_case(768, 256, std=300.0)),
@@ -291,7 +400,25 @@ D_CASES = [
     Case("another 8-bit code: 255 values evenly spaced from -1 to 1",
          _d_case(600, 256, code=lambda: torch.linspace(-1, 1, 255)),
          hint="Quantise to the code you are given (the argument `code`), whatever its values."),
+    Case("512 constants, the first 256 within a few float32 steps of their mean",
+         _d_case(512, 256, edit=_near_the_mean),
+         hint="Each block is divided by its own absmax₂, however small: here the first block's "
+              "centred constants are all under 1e-8. Only an absmax₂ of 0 needs a guard; a "
+              "clamp or a threshold at 1e-8 changes their indices."),
 ]
+
+# What an observation implies for double_quantize, where it implies one thing.
+D_READINGS = (
+    # the cases with blocksize 64 hold whole blocks (512) and a partial one (300)
+    (r"fails exactly the cases where `blocksize` is 64;",
+     "Your code is wrong only where blocksize is 64, with whole blocks and with a partial one: "
+     "cut blocks of `blocksize` centred constants (the argument, not QLoRA's 256), one absmax₂ "
+     "each."),
+    (r"'512 constants: exactly two blocks of 256', output 1 has shape \(3,\), expected \(2,\)",
+     "When n is a multiple of blocksize no padding is needed, and there are n / blocksize "
+     "blocks: yours has one more, a whole block of zeros ((−n) % blocksize is 0 there, while "
+     "blocksize − n % blocksize is blocksize)."),
+)
 
 SUITES = [
     Suite(
@@ -344,6 +471,7 @@ SUITES = [
         solution=quant.quantize_blockwise,
         arg_names=("w", "code", "blocksize"),
         cases=Q_CASES,
+        judge=tie_judge,
         atol=0.0,
         rtol=1e-6,
         hint="Flatten w and cut it into blocks of `blocksize` consecutive values; c = max |w| "
@@ -382,7 +510,9 @@ SUITES = [
         arg_names=("absmax", "code", "blocksize"),
         upstream=("quantize_blockwise",),
         cases=D_CASES,
+        judge=tie_judge,
         observe=_observe_double,
+        readings=D_READINGS,
         atol=0.0,
         rtol=1e-5,
         hint="mean = the constants' mean; subtract it; cut the centred constants into blocks of "
