@@ -846,9 +846,11 @@ TARGET = [
     alt("is_target", "one escaped regex per list entry", IT + IT_REGEX +
         "    return any(re.fullmatch(r'(.*\\.)?' + re.escape(t), name) is not None\n"
         "               for t in target_modules)\n"),
-    alt("is_target", "isinstance(target_modules, list) for the list case", IT +
+    # a tuple (as the text allows: anything but a string is a collection of names) taken as a regex
+    bug("is_target", "isinstance(target_modules, list) for the list case", IT +
         "    if isinstance(target_modules, list):\n" + IT_LIST.replace("    return", "        return")
-        + "    return re.fullmatch(target_modules, name) is not None\n", kind="type"),
+        + "    return re.fullmatch(target_modules, name) is not None\n",
+        expect=("tuple",), kind="type"),
 ]
 
 # ----------------------------------------------------------------------------- 09.3 nf4_code_book

@@ -84,7 +84,8 @@ SWIGLU = [
     bug("SwiGLU", "tanh-approximate GELU", sw(
         "F.gelu(self.gate_proj(x), approximate='tanh') * self.up_proj(x)"),
         expect=("GELU",)),
-    bug("SwiGLU", "sum instead of product", sw("F.silu(self.gate_proj(x)) + self.up_proj(x)")),
+    bug("SwiGLU", "sum instead of product", sw("F.silu(self.gate_proj(x)) + self.up_proj(x)"),
+        expect=("add the two branches",)),
     alt("SwiGLU", "x·σ(x) by hand", SW + "        g = self.gate_proj(x)\n"
         "        return self.down_proj(g * torch.sigmoid(g) * self.up_proj(x))\n"),
     alt("SwiGLU", "nn.SiLU module", SW.replace(
@@ -133,7 +134,8 @@ GQA = [
         "    return out.reshape(B, H, N, -1), weights.reshape(B, H, N, -1)\n",
         expect=("repeat_interleave",)),
     bug("grouped_query_attention", "scaled by √(d · g)", gq(INTERLEAVE, ATTEND.replace(
-        "math.sqrt(q.shape[-1])", "math.sqrt(q.shape[-1] * g)"))),
+        "math.sqrt(q.shape[-1])", "math.sqrt(q.shape[-1] * g)")),
+        expect=("whatever the group size",)),
     bug("grouped_query_attention", "weights of the first group only", gq(INTERLEAVE, ATTEND.replace(
         "    return weights @ v, weights\n", "    return weights @ v, weights[:, ::g]\n")),
         expect=("shape",), kind="layout"),

@@ -98,7 +98,7 @@ POSITION_BIAS = [
         "max_distance=max_distance)\n")), expect="table.shape[0]"),
     bug("position_bias", "a fresh nn.Embedding instead of the table", pb(
         "    emb = torch.nn.Embedding(table.shape[0], table.shape[1])\n"
-        "    return emb(buckets).permute(2, 0, 1)\n")),
+        "    return emb(buckets).permute(2, 0, 1)\n"), expect=("`table` argument",)),
     bug("position_bias", "table detached", pb("    return table.detach()[buckets].permute(2, 0, 1)\n"),
         expect="no gradient reaches"),
     bug("position_bias", "reshape instead of permute", pb(

@@ -91,7 +91,10 @@ def classify(variant) -> str:
     if variant.mutant:
         wanted = next(m.hint for m in suite.mutants if m.name == variant.mutant)
         return "names" if hint == wanted else "wrong"
-    if any(phrase in hint for phrase in variant.expect):
+    # the phrase must be in what the hint says of this submission, not in the suite's general
+    # advice that ends many hints ("max" is in "softmax")
+    said = hint.replace(suite.hint, "") if suite.hint else hint
+    if any(phrase in said for phrase in variant.expect):
         return "names"
     generic = [suite.hint or ADVICE, ADVICE]
     if any(hint.endswith(g) for g in generic):
@@ -144,7 +147,7 @@ def test_most_hints_name_the_bug():
         full = sum(in_process(v.exercise, v.source).status == "passed" for v in alts)
         print(f"| {chapter} | {len(bugs)} | {len(caught)} | {said['names']} | "
               f"{said['generic']} | {said['wrong']} | {len(alts)} | {full} |")
-    assert kinds["names"] >= 0.6 * len(BUGS)
+    assert kinds["names"] >= 0.75 * len(BUGS)
 
 
 def test_check_grades_the_cell_as_the_batch_grader_does():

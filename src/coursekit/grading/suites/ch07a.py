@@ -15,7 +15,12 @@ import torch
 import torch.nn.functional as F
 
 from coursekit.data import bpe
-from coursekit.grading.suite import Case, Mutant, OutputError, Suite
+from coursekit.grading.suite import Case, Mutant, OutputError, Suite, as_container
+from coursekit.grading.suites.ch07_readings import (
+    NEXT_TOKEN_READINGS,
+    capitalised,
+    next_token_observation,
+)
 from coursekit.models import tiny_transformer
 
 # ----------------------------------------------------------------------------- 07.1 merge_pair
@@ -78,14 +83,15 @@ MERGE_CASES = [
     Case("one token", _merge_case([6], (6, 6)),
          hint="A single token has no pair: return it unchanged."),
 ]
+# ids may be a tuple (the docstring says so): code that needs a list's methods shows
+MERGE_CASES += [as_container(MERGE_CASES[0], 0, tuple), as_container(MERGE_CASES[1], 0, tuple)]
 
 
 def _merge_only_first(ids, pair, new_id):
-    ids = list(ids)
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair):
-            return ids[:i] + [new_id] + ids[i + 2:]
-    return ids
+            return ids[:i] + [new_id] + ids[i + 2:]  # (a tuple + a list raises, as a student's)
+    return list(ids)
 
 
 def _merge_step_one(ids, pair, new_id):
@@ -134,6 +140,79 @@ def _merge_unordered(ids, pair, new_id):
             out.append(ids[i])
             i += 1
     return out
+
+
+def _merge_no_bounds_check(ids, pair, new_id):
+    """ids[i + 1] read without checking i + 1 < len(ids): an IndexError when the last token is
+    pair[0]."""
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_slice_equals_pair(ids, pair, new_id):
+    """ids[i:i + 2] == pair: a list slice never equals a tuple, so a list merges nothing."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i:i + 2] == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_first_id_only(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_neighbours(ids, pair, new_id):
+    """One output per neighbouring pair, zip(ids, ids[1:]): nothing skipped, the last lost."""
+    neighbours = zip(ids, list(ids)[1:], strict=False)
+    return [new_id if (a, b) == tuple(pair) else a for a, b in neighbours]
+
+
+def _merge_keeps_first(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out += [ids[i], new_id]
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_own_new_id(ids, pair, new_id):
+    """The merged token's id made up, max(ids) + 1, instead of the argument."""
+    return gpt2_merge(ids, pair, max(ids) + 1)
+
+
+def _merge_collapses_repeats(ids, pair, new_id):
+    """Both tokens of each occurrence set to new_id, then torch.unique_consecutive: it merges
+    the pair, and every run of equal tokens with it."""
+    t = torch.tensor(list(ids))
+    hit = torch.zeros(len(t), dtype=torch.bool)
+    if len(t) > 1:
+        hit[:-1] = (t[:-1] == pair[0]) & (t[1:] == pair[1])
+    t = torch.where(hit | hit.roll(1), torch.tensor(new_id), t)
+    return torch.unique_consecutive(t).tolist()
 
 
 # ----------------------------------------------------------------------------- 07.2 next_token_loss
@@ -257,6 +336,33 @@ SUITES = [
                    "(new, a), not (a, new)."),
             Mutant("unordered pair", _merge_unordered,
                    "The pair is ordered: merge (a, b), leave (b, a) alone."),
+            Mutant("no bounds check", _merge_no_bounds_check,
+                   "Your code reads ids[i + 1] when i is the last position (an IndexError when "
+                   "the last token is pair[0]): check i + 1 < len(ids) before comparing the next "
+                   "token, and keep the last token when it is not merged."),
+            Mutant("slice compared with the tuple pair", _merge_slice_equals_pair,
+                   "Your code merges nothing when ids is a list: a slice ids[i:i + 2] is a list, "
+                   "and a list never equals the tuple pair. Compare token by token, ids[i] == "
+                   "pair[0] and ids[i + 1] == pair[1] (or tuple(ids[i:i + 2]) == tuple(pair))."),
+            Mutant("second id not compared", _merge_first_id_only,
+                   "You merge wherever ids[i] is pair[0], whatever follows it: check the second "
+                   "id too, ids[i + 1] == pair[1]."),
+            Mutant("one output per neighbouring pair", _merge_neighbours,
+                   "Your output has one entry per neighbouring pair (zip(ids, ids[1:])): the last "
+                   "token is lost, and after a merge the pair's second token comes out again. "
+                   "Walk with an index that skips both tokens after a merge (i += 2) and steps "
+                   "by 1 otherwise, until the last token."),
+            Mutant("first id kept next to new_id", _merge_keeps_first,
+                   "Your output keeps the pair's first id next to new_id: a merge replaces both "
+                   "ids of the pair by the one id new_id."),
+            Mutant("new_id made up", _merge_own_new_id,
+                   "Your merged token is not the `new_id` argument (you make one up, such as "
+                   "max(ids) + 1): the caller chooses the id, the next free one of its "
+                   "vocabulary, which the ids need not show."),
+            Mutant("collapses repeats", _merge_collapses_repeats,
+                   "Your code also collapses runs of equal tokens that are not the pair (as "
+                   "torch.unique_consecutive does): equal neighbours are separate tokens, and "
+                   "only an occurrence of the pair becomes one. Build the output token by token."),
         ],
     ),
     Suite(
@@ -272,5 +378,9 @@ SUITES = [
              "ids[:, 1:]), flatten (B, N − 1) into one axis, and take the mean cross-entropy "
              "over the targets that are not pad_id.",
         mutants=LOSS_MUTANTS,
+        # the gradient with respect to the logits says which positions are scored, against
+        # which ids and with what weight: what a wrong shift or a wrong mean changes
+        observe=capitalised(next_token_observation),
+        readings=NEXT_TOKEN_READINGS,
     ),
 ]

@@ -10,7 +10,8 @@ import math
 import torch
 
 from coursekit import decoding
-from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.grading.suite import Case, Mutant, Suite, in_dtype
+from coursekit.grading.suites.ch07_readings import DTYPE_READING, capitalised
 
 # ----------------------------------------------------------------------------- 07.3 top_p_filter
 
@@ -57,15 +58,89 @@ TOP_P_CASES = [
          hint="Compute the probabilities with softmax, which subtracts the row's maximum first: "
               "exp of a logit near 300 overflows float32 to inf."),
 ]
+# logits come in the model's dtype: the filter returns them in it (Hugging Face's does)
+TOP_P_CASES.append(in_dtype(TOP_P_CASES[0], torch.float64))
+
+
+def observe(expected, got) -> str:
+    """What is observably wrong with a filtered row: finite values where the reference has
+    -inf; kept values that are not the input's logits; every row keeping as many tokens; a row
+    with nothing kept; the right number kept, but other tokens. "" otherwise (the cases' hints
+    speak)."""
+    e, a = expected[0], got[0]
+    if a.shape != e.shape or a.dtype != e.dtype or not a.is_floating_point():
+        return ""
+    e, a = e.detach().double(), a.detach().double()
+    keep_e = torch.isfinite(e)
+    if keep_e.all():
+        return ""
+    if not (a == -math.inf).any():
+        dropped = a[~keep_e]
+        if torch.isfinite(dropped).all() and (dropped == dropped.flatten()[0]).all():
+            return (f"your output holds {float(dropped.flatten()[0]):g} where the reference's "
+                    "holds −inf (the tokens outside the nucleus), and no −inf anywhere")
+        return ""
+    keep_a = a != -math.inf
+    rows_e, rows_a = keep_e.reshape(-1, e.shape[-1]), keep_a.reshape(-1, a.shape[-1])
+    both = keep_e & keep_a
+    if both.any() and not torch.allclose(a[both], e[both], atol=1e-5, rtol=1e-4):
+        shift = (a - e).masked_fill(~both, math.nan).reshape(-1, e.shape[-1])
+        rows = [r[~torch.isnan(r)] for r in shift]
+        if all(len(r) == 0 or torch.allclose(r, r[0].expand_as(r), atol=1e-4) for r in rows):
+            return ("inside the nucleus your values are the input's logits shifted by a constant "
+                    "per row (log-probabilities), not the logits unchanged")
+        return ""
+    empty = ~rows_a.any(-1)
+    if empty.any():
+        row = int(empty.nonzero()[0, 0])
+        return (f"row {row} of your output (flattened over the leading axes) has no token left, "
+                "every logit −inf, where the reference keeps at least its most probable token")
+    count_e, count_a = rows_e.sum(-1), rows_a.sum(-1)
+    if len(count_e) > 1 and (count_a == count_a[0]).all() and not (count_e == count_e[0]).all():
+        shown = ", ".join(map(str, count_e.tolist()[:6]))
+        return (f"your output keeps {int(count_a[0])} tokens in every row, where each row's "
+                f"nucleus has a size of its own ({shown}{', ...' if len(count_e) > 6 else ''})")
+    if (count_a == count_e).all() and (rows_a != rows_e).any():
+        row = int((rows_a != rows_e).any(-1).nonzero()[0, 0])
+        return (f"in each row your output keeps as many tokens as the nucleus holds, but not the "
+                f"same ones (row {row}: yours keeps {rows_a[row].nonzero()[:, 0].tolist()}, the "
+                f"reference {rows_e[row].nonzero()[:, 0].tolist()})")
+    return ""
+
+
+READINGS = (
+    DTYPE_READING,
+    (r"where the reference's holds −inf",
+     "The tokens outside the nucleus get −inf, float('-inf'), not a finite stand-in such as 0, "
+     "−1e4 or −1e9: the check compares the filtered logits themselves, and a finite value is "
+     "another logit."),
+    (r"shifted by a constant per row",
+     "Return the logits themselves, unchanged inside the nucleus and −inf outside: no softmax, "
+     "log or renormalisation on the way out (the sampler applies the softmax, which "
+     "renormalises the nucleus by itself)."),
+    (r"has no token left",
+     "Filter each row on its own, along the last axis (the vocabulary), whatever the leading "
+     "axes: its most probable token is always kept, so no row comes out all −inf (a nucleus "
+     "taken over the whole batch, or over another axis, empties rows)."),
+    (r"tokens in every row, where each row's nucleus has a size of its own",
+     "Each row has a nucleus of its own size: sort, accumulate and compare with p row by row "
+     "(along the last axis), and drop token by token; one count or one threshold for the whole "
+     "batch keeps too many tokens in some rows and too few in others."),
+    (r"keeps as many tokens as the nucleus holds, but not the same ones",
+     "You find the nucleus's size but keep other tokens: put the sorted mask back in vocabulary "
+     "order with mask.scatter(-1, order, mask) (or gather with the inverse permutation, "
+     "order.argsort(-1); gathering with order itself applies the permutation a second time)."),
+)
 
 
 def _top_p_variant(*, strict=False, sorted_out=False, fill=-math.inf, probs_out=False,
-                   ascending=False):
+                   ascending=False, complement=False, fixed_p=None):
     def top_p_filter(logits, p):
+        p = p if fixed_p is None else fixed_p
         sorted_logits, order = logits.sort(dim=-1, descending=not ascending)
         probs = sorted_logits.softmax(dim=-1)
         cum = probs.cumsum(dim=-1)
-        drop = cum > p if strict else (cum - probs) >= p
+        drop = cum > p if strict else (cum - probs) >= (1 - p if complement else p)
         if not strict:
             drop[..., 0] = False
         if sorted_out:
@@ -106,6 +181,16 @@ SUITES = [
                    "applies the softmax."),
             Mutant("ascending sort", _top_p_variant(ascending=True),
                    "Sort in descending order: the nucleus is made of the *most* probable tokens."),
+            Mutant("1 − p where p belongs", _top_p_variant(complement=True),
+                   "You compare the cumulative probability with 1 − p: the nucleus is the "
+                   "smallest set of most probable tokens whose probabilities reach p itself "
+                   "(Hugging Face's 1 − p goes with its ascending sort, where it removes the "
+                   "least probable tail)."),
+            Mutant("p fixed at 0.9", _top_p_variant(fixed_p=0.9),
+                   "Your filter passes exactly the cases where p is 0.9: use the `p` argument, "
+                   "not a fixed 0.9."),
         ],
+        observe=capitalised(observe),
+        readings=READINGS,
     ),
 ]

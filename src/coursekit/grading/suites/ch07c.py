@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from coursekit import preference
-from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.grading.suite import Case, Mutant, Suite, in_dtype
+from coursekit.grading.suites.ch07_readings import DTYPE_READING, capitalised, dtype_observation
 
 
 def paper_dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta=0.1):
@@ -61,17 +62,47 @@ CASES = [
          hint="Each response's log-ratio is log π_θ(y|x) − log π_ref(y|x); the margin is the "
               "chosen one's minus the rejected one's."),
 ]
+# log-probabilities come in the model's dtype: the loss is returned in it
+CASES.append(in_dtype(CASES[1], torch.float64))
+
+READINGS = (
+    DTYPE_READING,
+    # right where the margin is 0, with the rejected response's gradient negated: the rejected
+    # log-ratio enters the margin with a + (the chosen one's gradient is right)
+    (r"gradient with respect to `policy_rejected` is not \(it is the expected one negated\)",
+     "The rejected response's log-ratio enters your margin with the wrong sign: the margin is "
+     "the chosen response's log-ratio minus the rejected one's, (π_w − ref_w) − (π_l − ref_l)."),
+    # right where the margin is 0 (the loss is log 2 whatever multiplies the margin), with a
+    # gradient a constant times the expected one: −β/2 per pair there, so the margin is not
+    # multiplied by β (the mutants catch a sum over the pairs and β outside the sigmoid)
+    (r"gradient with respect to `policy_chosen` is not \(it is the expected one times",
+     "Your loss is right where the margin is 0, but not its slope there: the gradient of "
+     "−log σ(β·m) at m = 0 is −β/2 per pair, so your margin is multiplied by something other "
+     "than β. Multiply the margin by the `beta` argument, once, inside the sigmoid (not by 1, "
+     "not divided by β)."),
+    (r"gradient with respect to `policy_chosen` is not \(it is the expected one negated\)",
+     "The chosen response's log-ratio enters your margin with the wrong sign: the margin is "
+     "the chosen response's log-ratio minus the rejected one's, (π_w − ref_w) − (π_l − ref_l)."),
+)
 
 
-def _dpo_variant(*, reference=True, sign=1.0, beta_inside=True, reduction="mean", naive=False):
+def _dpo_variant(*, reference=True, sign=1.0, beta_inside=True, reduction="mean", naive=False,
+                 fixed_beta=None, added=False, margin_mean=False, no_log=False):
     """A wrong ``dpo_loss``, one bug switched on by the arguments."""
 
     def dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta=0.1):
-        if reference:
+        beta = beta if fixed_beta is None else fixed_beta
+        if added:
+            m = (policy_chosen + reference_chosen) - (policy_rejected + reference_rejected)
+        elif reference:
             m = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
         else:
             m = policy_chosen - policy_rejected
+        if margin_mean:
+            m = m.mean()
         x = sign * (beta * m if beta_inside else m)
+        if no_log:
+            return (1 - torch.sigmoid(x)).mean()
         per_pair = -torch.log(torch.sigmoid(x)) if naive else -F.logsigmoid(x)
         if not beta_inside:
             per_pair = beta * per_pair
@@ -107,6 +138,21 @@ SUITES = [
             Mutant("log of the sigmoid", _dpo_variant(naive=True),
                    "−torch.log(torch.sigmoid(x)) overflows to infinity when σ(x) underflows to 0 "
                    "(x below about −104 in float32): use −F.logsigmoid(x)."),
+            Mutant("β fixed at 0.1", _dpo_variant(fixed_beta=0.1),
+                   "Your loss passes exactly the cases where β is 0.1: use the `beta` argument, "
+                   "not a fixed 0.1 (β is what the caller tunes)."),
+            Mutant("the reference added", _dpo_variant(added=True),
+                   "You add the reference's log-probabilities: a log-ratio is "
+                   "log π_θ(y|x) − log π_ref(y|x), the policy's minus the reference's."),
+            Mutant("margins averaged before the sigmoid", _dpo_variant(margin_mean=True),
+                   "You average the margins first and take −log σ of the average: the loss is "
+                   "the mean over the pairs of −log σ(β·m), each pair's own margin inside its "
+                   "own sigmoid."),
+            Mutant("1 − σ instead of −log σ", _dpo_variant(no_log=True),
+                   "Your loss is 1 − σ(β·m), the probability of the wrong preference; DPO's is "
+                   "its negative log-likelihood, −log σ(β·m) = −F.logsigmoid(β·m)."),
         ],
+        observe=capitalised(dtype_observation),
+        readings=READINGS,
     ),
 ]

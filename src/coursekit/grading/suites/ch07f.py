@@ -69,6 +69,11 @@ from coursekit.grading.suite import (
     backward,
     load_parameters,
 )
+from coursekit.grading.suites.ch07_readings import (
+    MASKED_LM_READINGS,
+    capitalised,
+    masked_lm_observation,
+)
 from coursekit.models import bert
 from coursekit.models.bert import ClsHead
 
@@ -290,7 +295,8 @@ CASES = [
 
 
 def _mutant(*, rate=None, mask_share=0.8, random_of_rest=0.5, labels="picked", specials=False,
-            split_all=False, mask_id_fixed=None, one_id=False, below=None, global_rng=False):
+            split_all=False, mask_id_fixed=None, one_id=False, below=None, global_rng=False,
+            independent=False):
     """A wrong ``mask_tokens``; the defaults give a right one."""
 
     def mask_tokens(ids, special, mask_id, vocab_size, generator=None, p=0.15):
@@ -301,7 +307,9 @@ def _mutant(*, rate=None, mask_share=0.8, random_of_rest=0.5, labels="picked", s
             picked &= ~special
         scope = ~special if split_all else picked
         to_mask = scope & (torch.rand(ids.shape, generator=generator) < mask_share)
-        to_random = scope & ~to_mask & (torch.rand(ids.shape, generator=generator) < random_of_rest)
+        to_random = scope & (torch.rand(ids.shape, generator=generator) < random_of_rest)
+        if not independent:
+            to_random &= ~to_mask
         random_ids = torch.randint(below or vocab_size, (1,) if one_id else ids.shape,
                                    generator=generator).expand(ids.shape)
         inputs = torch.where(to_mask, mask_id, ids)
@@ -350,7 +358,36 @@ MUTANTS = [
            "argument."),
     Mutant("[MASK] id hard-coded", _mutant(mask_id_fixed=bert_inputs.MASK_ID),
            "Your [MASK] id is hard-coded: use the `mask_id` argument (BERT-base's is 103)."),
+    Mutant("random draw independent of the [MASK] draw", _mutant(random_of_rest=0.1,
+                                                                  independent=True),
+           "About 72 % of the picked positions became [MASK] and 18 % stayed unchanged: your "
+           "10 % random draw is independent of the [MASK] draw, so it overwrites some [MASK] "
+           "positions. Draw the random tokens among the picked positions that did NOT become "
+           "[MASK] (half of those), or split one uniform draw into [0, 0.8), [0.8, 0.9) and "
+           "[0.9, 1)."),
 ]
+
+# What a share of 1 or of 0 picked means (statistic 0 is read from the labels); what a changed
+# unpicked position means
+MASK_READINGS = (
+    (r"positions not picked, the share whose input was changed",
+     "Only the picked positions change: a position whose label is −100 (not picked, the "
+     "special positions included) keeps its token. Draw [MASK] and the random tokens among the "
+     "picked positions only, with the same mask that sets the labels."),
+    (r"share of non-special positions picked is 1\.000",
+     "Every non-special position counts as picked: its label is not −100. A position that was "
+     "not picked must have the label −100 (the loss ignores it); only the picked ones hold "
+     "their original id."),
+    (r"share of non-special positions picked is 0\.000",
+     "No non-special position counts as picked (every label there is −100): pick among the "
+     "positions where `special` is False (~special), each with probability p, and put their "
+     "original id in the labels."),
+    (r"share of non-special positions picked is",
+     "Pick each non-special position on its own, with probability p (the argument): "
+     "(torch.rand(ids.shape, generator=generator) < p) & ~special. Not a fixed number per "
+     "sentence (Google's script picks round(0.15 · length)), not a count over the whole batch, "
+     "and not another rate."),
+)
 
 
 # ----------------------------------------------------------------------------- 07.6 mlm_loss
@@ -448,6 +485,14 @@ MLM_CASES = [
          hint="Only the label −100 marks a position to skip: 0 is an id like any other, and a "
               "picked position whose label is 0 counts."),
 ]
+
+
+def _first(*observations):
+    """The first of ``observations`` that sees something."""
+    def observe(expected, got) -> str:
+        return next((text for o in observations if (text := o(expected, got))), "")
+
+    return observe
 
 
 def shape_observe(what: str):
@@ -580,7 +625,8 @@ HEAD_CASES = [
 ]
 
 
-def _head_variant(*, pool="cls", tanh=True, pooler=True, dropout_at="pooled"):
+def _head_variant(*, pool="cls", tanh=True, pooler=True, dropout_at="pooled", act=None,
+                  untransposed=False, squash=False):
     """A wrong ``ClsHead``, one bug switched on by the arguments."""
 
     class Variant(nn.Module):
@@ -595,15 +641,19 @@ def _head_variant(*, pool="cls", tanh=True, pooler=True, dropout_at="pooled"):
             if dropout_at == "hidden":
                 h = self.dropout(h)
             if pooler:
-                h = self.pooler(h)
-                h = torch.tanh(h) if tanh else h
+                h = h @ self.pooler.weight + self.pooler.bias if untransposed else self.pooler(h)
+                h = act(h) if act is not None else torch.tanh(h) if tanh else h
             if dropout_at == "pooled":
                 h = self.dropout(h)
-            return self.classifier(h)
+            return torch.tanh(self.classifier(h)) if squash else self.classifier(h)
 
     Variant.__name__ = Variant.__qualname__ = "ClsHead"
     return Variant
 
+
+NOT_TANH = ("Your pooler's activation is not tanh: BERT's pooler is tanh(W_p·h_[CLS] + b_p), "
+            "whose entries stay in (−1, 1) (ReLU and GELU are the feed-forward layers' "
+            "activations, not the pooler's).")
 
 HEAD_MUTANTS = [
     Mutant("mean over the positions", _head_variant(pool="mean"),
@@ -623,6 +673,15 @@ HEAD_MUTANTS = [
            "Your dropout acts on the [CLS] vector before the pooler. As in "
            "BertForSequenceClassification, it acts on the pooled vector, between the pooler and "
            "the classifier: classifier(dropout(tanh(W_p·h_[CLS] + b_p)))."),
+    Mutant("ReLU pooler", _head_variant(act=torch.relu), NOT_TANH),
+    Mutant("GELU pooler", _head_variant(act=F.gelu), NOT_TANH),
+    Mutant("pooler weight not transposed", _head_variant(untransposed=True),
+           "You multiply by the pooler's weight as it is stored, not transposed, h @ "
+           "pooler.weight: nn.Linear stores W as (out, in) and computes h @ W.T + b. Call "
+           "self.pooler(h) (or F.linear)."),
+    Mutant("tanh on the logits", _head_variant(squash=True),
+           "Your logits pass through tanh, so they stay in (−1, 1): tanh belongs to the pooler "
+           "alone, and the classifier's output is the logits as they are."),
     Mutant("no dropout", _head_variant(dropout_at="nowhere"),
            "Your head has no dropout (or ignores the `dropout` argument): apply "
            "nn.Dropout(dropout) to the pooled vector, before the classifier. It only acts in "
@@ -641,7 +700,8 @@ SUITES = [
         cases=CASES,
         mutants=MUTANTS,
         judge=judge,
-        observe=observe,
+        observe=capitalised(observe),
+        readings=MASK_READINGS,
         hint="Pick each non-special position with probability p (labels: the original id "
              "there, -100 elsewhere); of the picked ones, 80 % become [MASK], 10 % a random id "
              "in [0, vocab_size), 10 % stay unchanged.",
@@ -656,8 +716,10 @@ SUITES = [
         mutants=MLM_MUTANTS,
         arg_names=("logits", "labels"),
         grad=("logits",),
-        observe=shape_observe("the loss is one number (a 0-dimensional tensor), the mean over "
-                              "every picked position of the batch"),
+        observe=_first(shape_observe("the loss is one number (a 0-dimensional tensor), the mean "
+                                     "over every picked position of the batch"),
+                       capitalised(masked_lm_observation)),
+        readings=MASKED_LM_READINGS,
         hint="Flatten the logits to (B·N, |V|) and the labels to (B·N,), and take the mean of "
              "−log softmax(logits)[label] over the picked positions (label ≠ −100) of the whole "
              "batch: F.cross_entropy(..., ignore_index=-100) does exactly this.",

@@ -24,7 +24,8 @@ from types import SimpleNamespace
 import torch
 
 from coursekit.data import instructions
-from coursekit.grading.suite import Case, Mutant, Suite
+from coursekit.grading.suite import Case, Mutant, OutputError, Suite, in_dtype
+from coursekit.grading.suites.ch07_readings import capitalised
 from coursekit.models import t5
 
 
@@ -49,7 +50,7 @@ def t5_span_corruption(ids, noise_mask, sentinels):
 
 
 def _variant(*, reuse=False, per_token=False, final="auto", after=False, keep_noise=False,
-             first=0, arithmetic=False):
+             first=0, arithmetic=False, final_in_input=False, swapped=False, final_repeats=False):
     """A wrong span corruption, one bug switched on by the arguments."""
 
     def variant(ids, noise_mask, sentinels):
@@ -74,8 +75,12 @@ def _variant(*, reuse=False, per_token=False, final="auto", after=False, keep_no
             targets += tokens + [s] if after else [s] + tokens
         ends_kept = len(ids) > 0 and not bool(noise_mask[-1])
         if final == "always" or (final == "auto" and ends_kept):
-            targets.append(sentinel(k))
-        return torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
+            closing = sentinel(max(k - 1, 0)) if final_repeats else sentinel(k)
+            targets.append(closing)
+            if final_in_input:
+                inputs.append(closing)
+        out = torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
+        return out[::-1] if swapped else out
 
     return variant
 
@@ -114,7 +119,7 @@ CASES = [
               "sequence ends inside a span there are none, and no sentinel follows it."),
     Case("spans of one token, one kept token apart", _case([5, 6, 7, 8, 9, 10, 11],
                                                          [0, 1, 0, 1, 0, 1, 0]),
-         hint="Each span gets the next sentinel: <extra_id_0>, <extra_id_1>, ... in order."),
+         hint="Each span gets the next sentinel: <extra_id_0>, then <extra_id_1> and so on, in order."),
     Case("nothing dropped", _case([5, 6, 7, 8], [0, 0, 0, 0]),
          hint="With no noise the input is the sequence itself and the target a lone "
               "<extra_id_0> (the one gap of the input: the end)."),
@@ -133,6 +138,58 @@ CASES = [
     Case("25 tokens, 15 % noise in spans of mean length 2", _random_case(25, 0.15, 2.0)),
 ]
 
+def run_span_corruption(fn, args):
+    """The call, with Python lists (not tensors) named as such."""
+    out = fn(*args)
+    if isinstance(out, (tuple, list)) and out and all(type(o) is list for o in out):
+        raise OutputError("it returned Python lists: return the input and the target as 1-D "
+                          "tensors of dtype torch.long, torch.tensor(ids, dtype=torch.long)")
+    return out
+
+
+def observe_spans(expected, got) -> str:
+    """Ids in the output that are in neither expected output: sentinels taken from somewhere
+    else than sentinels[k] (both expected outputs together hold every id and every sentinel a
+    right answer uses)."""
+    if len(got) != len(expected) or any(a.dtype != e.dtype for a, e in zip(got, expected,
+                                                                          strict=True)):
+        return ""
+    e_in, e_tgt = (e.tolist() for e in expected)
+    a_in, a_tgt = (a.tolist() for a in got)
+    if a_in == e_in and e_tgt and a_tgt == e_tgt[:-1] and e_tgt[-1] not in a_tgt:
+        return ("your input is right and your target is the expected one without its final "
+                "sentinel: the case's sequence ends with a kept token")
+    kept = set(e_in) - set(e_tgt)
+    if a_in == e_in and any(v in kept for v in a_tgt):
+        shown = ", ".join(map(str, [v for v in dict.fromkeys(a_tgt) if v in kept][:4]))
+        return (f"your input is right, but your target holds kept tokens too ({shown}: ids the "
+                "expected input keeps and the expected target does not hold)")
+    known = set(torch.cat([e.flatten() for e in expected]).tolist())
+    foreign = [v for v in dict.fromkeys(torch.cat([a.flatten() for a in got]).tolist())
+               if v not in known]
+    if not foreign:
+        return ""
+    shown = ", ".join(map(str, foreign[:4])) + (", ..." if len(foreign) > 4 else "")
+    return (f"your output holds ids that are in neither the expected input nor the expected "
+            f"target ({shown}): neither the sequence's ids nor the sentinels this case uses")
+
+
+SPAN_READINGS = (
+    (r"without its final sentinel: the case's sequence ends with a kept token",
+     "When the sequence ends with a kept token, the target ends with one more sentinel, the "
+     "next one, sentinels[k] with k the number of spans (it marks the kept text after the last "
+     "span). Test the last position's mask as a truth value (`if not noise_mask[-1]:`): a "
+     "tensor element is never the object False, so `is False` is never true."),
+    (r"your target holds kept tokens too",
+     "The target holds only the dropped spans, each behind its sentinel, and the final "
+     "sentinel: the kept text is the encoder's input alone, not written out again by the "
+     "decoder (that is the BERT-style objective span corruption replaces)."),
+    (r"in neither the expected input nor the expected target",
+     "Every sentinel comes from the `sentinels` argument, the k-th span's as sentinels[k], "
+     "counting the spans from 0 in order: not an id of your own (such as T5's 32099 − k), "
+     "not sentinels[-1 − k], not sentinels[0] + k."),
+)
+
 SUITES = [
     Suite(
         exercise="07.10",
@@ -141,6 +198,10 @@ SUITES = [
         reference=t5_span_corruption,
         solution=instructions.span_corruption,
         cases=CASES,
+        call=run_span_corruption,
+        arg_names=("ids", "noise_mask", "sentinels"),
+        observe=capitalised(observe_spans),
+        readings=SPAN_READINGS,
         hint="Input: kept tokens, each run of dropped tokens replaced by one new sentinel. "
              "Target: each run behind its own sentinel, then a last sentinel when the sequence "
              "ends with a kept token.",
@@ -171,6 +232,18 @@ SUITES = [
             Mutant("sentinel ids as sentinels[0] + k", _variant(arithmetic=True),
                    "You compute the k-th sentinel as sentinels[0] + k; look it up as "
                    "sentinels[k] (T5's sentinel ids count down from the end of the vocabulary)."),
+            Mutant("final sentinel in the input too", _variant(final_in_input=True),
+                   "Your input ends with the target's final sentinel too: that sentinel marks, "
+                   "in the target only, the kept text after the last span; the input ends with "
+                   "its last kept token."),
+            Mutant("input and target swapped", _variant(swapped=True),
+                   "Your two outputs are swapped: return (input, target), the encoder's input "
+                   "(kept tokens and one sentinel per span) first, then the target (the dropped "
+                   "spans behind their sentinels)."),
+            Mutant("final sentinel repeats the last span's", _variant(final_repeats=True),
+                   "Your target's final sentinel repeats the last span's: it is the next one, "
+                   "sentinels[k] with k the number of spans (one more sentinel than the spans "
+                   "use)."),
         ],
     ),
 ]
@@ -192,10 +265,12 @@ def hf_shift_right(labels, start_id=0, pad_id=0):
 
 
 def _shift_variant(*, left=False, start_last=False, keep_ignored=False, ignore_start=False,
-                   keep_last=False):
+                   keep_last=False, swapped=False):
     """A wrong shift_right, one bug switched on by the arguments."""
 
     def variant(labels, start_id=0, pad_id=0):
+        if swapped:
+            start_id, pad_id = pad_id, start_id
         first = pad_id if ignore_start else start_id
         start = labels.new_full((labels.shape[0], 1), first)
         if left:
@@ -270,6 +345,43 @@ SHIFT_CASES = [
               "row of the output is start_id alone, and the output is (B, 1)."),
 ]
 
+def observe_shift(expected, got) -> str:
+    """Where an integer output is wrong: at position 0 only, or row by row one row late (a
+    shift along the batch axis)."""
+    e, a = expected[0], got[0]
+    if a.shape != e.shape or a.dtype != e.dtype or e.dim() != 2 or torch.equal(a, e):
+        return ""
+    if (a == -100).any() and not (e == -100).any():
+        where = tuple((a == -100).nonzero()[0].tolist())
+        return (f"your output holds −100 (at {where}, and maybe elsewhere), which is no id of "
+                "the vocabulary: the decoder's input must hold ids only")
+    if e.shape[1] > 1 and torch.equal(a[:, 1:], e[:, 1:]):
+        return (f"your output is right from position 1 on; position 0 holds "
+                f"{sorted(set(a[:, 0].tolist()))}, where every row starts with "
+                f"{int(e[0, 0])}, the start_id")
+    if e.shape[0] > 1 and e.shape[1] > 1 and torch.equal(a[1:, :-1], e[:-1, 1:]):
+        return ("row b of your output holds row b − 1 of the labels (row 0 is start_id "
+                "throughout): the shift runs along the batch axis (axis 0), not along the "
+                "positions (axis 1)")
+    return ""
+
+
+SHIFT_READINGS = (
+    (r"holds −100 .* which is no id of the vocabulary",
+     "Replace every −100 of the shifted labels by pad_id, "
+     "shifted.masked_fill(shifted == -100, pad_id), and nothing else: find the −100s in the "
+     "shifted tensor, not in the labels (they have moved one position right), and do not "
+     "replace pad_id by −100 (that is what a data collator does to the labels, the other way "
+     "round)."),
+    (r"right from position 1 on",
+     "Position 0 of every row is start_id, the argument (T5 happens to use the pad id, but here "
+     "they are separate arguments): write it there, in place of whatever the shift or the "
+     "roll leaves."),
+    (r"along the batch axis",
+     "Shift each row along its positions: shifted[:, 1:] = labels[:, :-1], with start_id in "
+     "column 0 (shifted[1:] = labels[:-1] moves whole rows)."),
+)
+
 SUITES.append(
     Suite(
         exercise="07.9",
@@ -297,11 +409,17 @@ SUITES.append(
             Mutant("pad_id as the start token", _shift_variant(ignore_start=True),
                    "Your rows start with pad_id: the start token is start_id (T5 sets both to 0, "
                    "but they are separate arguments)."),
+            Mutant("start_id and pad_id swapped", _shift_variant(swapped=True),
+                   "Your start_id and pad_id are swapped: position 0 holds pad_id and the -100s "
+                   "became start_id. Row by row: start_id first, then the labels without the "
+                   "last one, each -100 replaced by pad_id."),
             Mutant("last label kept", _shift_variant(keep_last=True),
                    "Your output has N_t + 1 positions: the last label is never an input (there "
                    "is nothing after it to predict), so drop it and keep the labels' shape "
                    "(B, N_t)."),
         ],
+        observe=capitalised(observe_shift),
+        readings=SHIFT_READINGS,
     )
 )
 
@@ -326,7 +444,8 @@ def hf_position_bias(table, n_q, n_k, bidirectional=True, max_distance=128):
 
 
 def _bias_variant(*, reversed_offset=False, top_left=False, always_bidirectional=False,
-                  default_distance=False, unpermuted=False, heads_as_buckets=False):
+                  default_distance=False, unpermuted=False, heads_as_buckets=False,
+                  inverted=False, default_buckets=False):
     """A wrong position_bias, one bug switched on by the arguments."""
     from coursekit.positional import relative_position_bucket
 
@@ -334,9 +453,10 @@ def _bias_variant(*, reversed_offset=False, top_left=False, always_bidirectional
         query = torch.arange(n_q)[:, None] + (0 if top_left else n_k - n_q)
         key = torch.arange(n_k)[None, :]
         offset = query - key if reversed_offset else key - query
+        both = True if always_bidirectional else (not bidirectional if inverted else bidirectional)
         buckets = relative_position_bucket(
-            offset, True if always_bidirectional else bidirectional,
-            table.shape[1] if heads_as_buckets else table.shape[0],
+            offset, both,
+            32 if default_buckets else table.shape[1] if heads_as_buckets else table.shape[0],
             128 if default_distance else max_distance)
         values = table[buckets]
         return values if unpermuted else values.permute(2, 0, 1)
@@ -377,6 +497,39 @@ BIAS_CASES = [
          _table(32, 12, 40, 40, True, 128)),
     Case("1 head, 6 buckets, N = 7, bidirectional, max_distance 8", _table(6, 1, 7, 7, True, 8)),
 ]
+# the table comes in the model's dtype: the bias is returned in it
+BIAS_CASES.append(in_dtype(BIAS_CASES[6], torch.float64))
+
+
+def observe_bias(expected, got) -> str:
+    """A bias whose values are the expected ones laid out by a reshape of the (N_q, N_k, H)
+    lookup; or one none of whose values is an entry of the table the expected bias shows."""
+    e, a = expected[0], got[0]
+    if a.shape != e.shape or a.dtype != e.dtype or e.dim() != 3 or not a.is_floating_point():
+        return ""
+    e, a = e.detach(), a.detach()
+    H, n_q, n_k = e.shape
+    if H > 1 and torch.allclose(a, e.permute(1, 2, 0).reshape(H, n_q, n_k)):
+        return ("your output holds the (N_q, N_k, H) lookup's values read out in (H, N_q, N_k) "
+                "order, as a reshape or a view lays them out: heads and positions are mixed")
+    def rounded(t):  # a lookup copies the table's entries: equal to a millionth
+        return torch.round(t.double().flatten() * 1e6)
+
+    if a.numel() >= 4 and not torch.isin(rounded(a), rounded(e)).any():
+        return ("none of your output's values is an entry of the table that the expected bias "
+                "reads (the table's rows at the buckets that occur)")
+    return ""
+
+
+BIAS_READINGS = (
+    (r"as a reshape or a view lays them out",
+     "A reshape keeps the memory order, so it does not move the heads' axis: permute the "
+     "lookup's (N_q, N_k, H) to (H, N_q, N_k) with .permute(2, 0, 1) or .movedim(-1, 0)."),
+    (r"of your output's values is an entry of the table",
+     "Take the bias from the `table` argument, table[buckets] (or F.embedding(buckets, table)): "
+     "not from a new nn.Embedding or another table of your own, whose values (and gradient) "
+     "are not the model's."),
+)
 
 SUITES.append(
     Suite(
@@ -407,6 +560,16 @@ SUITES.append(
                    "(H, N_q, N_k), as attention scores are laid out."),
             Mutant("number of buckets read from the heads' axis", _bias_variant(heads_as_buckets=True),
                    "The table is (num_buckets, H): the number of buckets is table.shape[0]."),
+            Mutant("bidirectional inverted", _bias_variant(inverted=True),
+                   "Your buckets are the causal ones where bidirectional=True and the "
+                   "bidirectional ones where it is False: pass bidirectional on to "
+                   "relative_position_bucket as it is, not negated."),
+            Mutant("num_buckets left at its default", _bias_variant(default_buckets=True),
+                   "Pass num_buckets = table.shape[0] to relative_position_bucket: its default, "
+                   "32, is not the number of rows of this table (an index past the table's end, "
+                   "or other buckets)."),
         ],
+        observe=capitalised(observe_bias),
+        readings=BIAS_READINGS,
     )
 )

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from coursekit.attention import causal_mask, padding_mask
-from coursekit.grading.suite import Case, Mutant, Suite, backward, load_parameters
+from coursekit.grading.suite import Case, Mutant, Suite, backward, in_dtype, load_parameters
+from coursekit.grading.suites.ch07_readings import DTYPE_READING, capitalised, dtype_observation
 from coursekit.models import llama
 from coursekit.transformer import rms_norm
 
@@ -42,13 +43,13 @@ def _rms_case(shape, eps=1e-6, dtype=torch.float32, by_hand=False, scale=1.0, of
 
 
 def _rms_variant(*, centre=False, eps_outside=False, gain=True, one_plus=False, l2=False,
-                 fixed_eps=None, variance=False):
+                 fixed_eps=None, variance=False, unbiased=False):
     def rms_norm(x, weight, eps=1e-6):
         eps = eps if fixed_eps is None else fixed_eps
         if centre:
             x = x - x.mean(dim=-1, keepdim=True)
-        if variance:
-            square = x.var(dim=-1, keepdim=True, unbiased=False)
+        if variance or unbiased:
+            square = x.var(dim=-1, keepdim=True, unbiased=unbiased)
         elif l2:
             square = x.pow(2).sum(dim=-1, keepdim=True)
         else:
@@ -61,6 +62,13 @@ def _rms_variant(*, centre=False, eps_outside=False, gain=True, one_plus=False, 
     return rms_norm
 
 
+# ε matters in these cases: a fixed ε, an ε added after the root and an ε used as a clamp fail
+# them alike, so their hint names what the case probes and every way to get it wrong
+EPS_HINT = ("In this case ε matters (ε = 0.5, or inputs whose mean(x²) is about ε, or a token of "
+            "zeros, where the output is 0 and its gradient is γ/√ε): use the `eps` argument, not a "
+            "fixed ε, and add it to mean(x²) inside the square root, x / √(mean(x²) + ε), not "
+            "after the root and not as a clamp.")
+
 RMS_CASES = [
     Case("by hand: one token (1, 2, 3, 4), γ = 1", _rms_case((1, 1, 4), by_hand=True)),
     Case("B=2, N=3, d_model=8, random γ", _rms_case((2, 3, 8))),
@@ -70,19 +78,69 @@ RMS_CASES = [
     Case("N = d_model = 6", _rms_case((2, 6, 6)),
          hint="Normalise each token over its own d_model features: the mean of x² over the last "
               "dimension, not over the positions."),
-    Case("large ε = 0.5", _rms_case((2, 3, 8), eps=0.5),
-         hint="This case passes eps=0.5: use the eps argument, inside the square root, "
-              "x / √(mean(x²) + ε)."),
-    Case("small inputs (about 1e-3): ε matters", _rms_case((2, 3, 8), scale=1e-3),
-         hint="With inputs near 1e-3, mean(x²) is about 1e-6, as large as ε: ε goes inside the "
-              "square root, added to mean(x²)."),
-    Case("a zero token", _rms_case((2, 3, 8), zero_token=True),
-         hint="A token of zeros has mean(x²) = 0: ε keeps the division finite and the output 0."),
+    Case("large ε = 0.5", _rms_case((2, 3, 8), eps=0.5), hint=EPS_HINT),
+    Case("small inputs (about 1e-3): ε matters", _rms_case((2, 3, 8), scale=1e-3), hint=EPS_HINT),
+    Case("a zero token", _rms_case((2, 3, 8), zero_token=True), hint=EPS_HINT),
     Case("inputs of magnitude 1e4", _rms_case((2, 3, 8), scale=1e4), grad=False),
     Case("one vector (d_model,) with no leading axes", _rms_case((16,))),
     Case("float64", _rms_case((2, 4, 8), eps=1e-8, dtype=torch.float64),
          hint="Compute in the input's dtype: a float64 input gives a float64 output."),
 ]
+# the text asks for the input's dtype: a model in bfloat16 normalises in bfloat16
+RMS_CASES.append(in_dtype(RMS_CASES[1], torch.bfloat16))
+
+
+def observe_rms(expected, got) -> str:
+    """Tokens that point the right way with the wrong length (one factor per token), or
+    elements divided by a root mean square taken along another axis than the last."""
+    if said := dtype_observation(expected, got):
+        return said
+    e, a = expected[0], got[0]
+    if a.shape != e.shape or a.dtype != e.dtype or not a.is_floating_point() or e.dim() < 1:
+        return ""
+    e, a = e.detach().double(), a.detach().double()
+    if not (torch.isfinite(a).all() and torch.isfinite(e).all()) or torch.allclose(
+            a, e, atol=1e-5, rtol=1e-4):
+        return ""
+    d = e.shape[-1]
+    te, ta = e.reshape(-1, d), a.reshape(-1, d)
+    nonzero = te.abs() > 1e-9 * te.abs().max()
+    if not nonzero.all():
+        return ""
+    ratio = ta / te
+    factor = ratio.mean(-1, keepdim=True)
+    if torch.allclose(ratio, factor.expand_as(ratio), rtol=1e-3, atol=0) and (factor > 0).all():
+        shown = ", ".join(f"{float(f):.3g}" for f in factor[:4, 0])
+        more = ", ..." if len(factor) > 4 else ""
+        return (f"each token of your output is the expected token times a factor of its own "
+                f"({shown}{more}): every token points the right way, with the wrong length")
+    log = ratio.log() if (ratio > 0).all() else None
+    if log is None or e.dim() < 2:
+        return ""
+    log = log.reshape(e.shape)
+    for axis in range(e.dim() - 1):
+        if e.shape[axis] < 2:
+            continue
+        rest = (log - log.mean(-1, keepdim=True) - log.mean(axis, keepdim=True)
+                + log.mean((axis, -1), keepdim=True))
+        if rest.abs().max() < 1e-4:
+            return (f"your output is the expected one with each element divided by a root mean "
+                    f"square taken along axis {axis} instead of the last axis (the features)")
+    return ""
+
+
+RMS_READINGS = (
+    DTYPE_READING,
+    (r"every token points the right way, with the wrong length",
+     "Each token's divisor is wrong. Divide each token x by √(mean(x²) + ε): the mean of the "
+     "squares (not of |x|) of x itself (γ multiplies after normalising), over that token's own "
+     "d_model features (the last axis: not the whole tensor, nor another axis), with ε the "
+     "`eps` argument (not a fixed ε) added inside the square root (not after it, not as a "
+     "clamp)."),
+    (r"root mean square taken along axis \d+ instead of the last axis",
+     "Normalise each token over its own features, the last axis: "
+     "x.pow(2).mean(dim=-1, keepdim=True)."),
+)
 
 # ----------------------------------------------------------------------------- 07.12 SwiGLU
 
@@ -104,6 +162,7 @@ def run_swiglu(cls, args):
     d_model, d_ff, *weights, x = args
     module = cls(d_model, d_ff)
     load_parameters(module, dict(zip(SWIGLU_NAMES, weights, strict=True)))
+    module.to(x.dtype)  # a model moved to bfloat16: the module computes in it
     module.eval()
     return backward(module, (x,), {"x": 0}, params=True)
 
@@ -137,11 +196,17 @@ def _swiglu_variant(form):
                 "after": lambda: F.silu(gate * up),
                 "both": lambda: F.silu(gate) * F.silu(up),
                 "no up": lambda: F.silu(gate),
+                "tanh gelu": lambda: F.gelu(gate, approximate="tanh") * up,
+                "sigmoid gelu": lambda: gate * torch.sigmoid(1.702 * gate) * up,
+                "sum": lambda: F.silu(gate) + up,
             }[form]()
             return self.down_proj(hidden)
 
     return SwiGLU
 
+
+GELU_HINT = ("You gate with GELU (exact, or its tanh or sigmoid approximation, z·σ(1.702 z)): "
+             "that is GEGLU. SwiGLU's gate is SiLU, z·σ(z) (F.silu).")
 
 SWIGLU_CASES = [
     Case("B=2, N=3, d_model=8, d_ff=16", _swiglu_case(2, 3, 8, 16)),
@@ -153,6 +218,10 @@ SWIGLU_CASES = [
          _swiglu_case(3, 4, 12, 32)),
     Case("inputs of magnitude 10", _swiglu_case(2, 3, 8, 16, scale=10.0), grad=False),
 ]
+SWIGLU_CASES.append(in_dtype(SWIGLU_CASES[0], torch.bfloat16, hint=(
+    "This case runs the module in bfloat16 (module.to(torch.bfloat16), as a model is run): "
+    "compute in x's dtype, with no .float() or float32 constant on the way, and return "
+    "bfloat16.")))
 
 # ----------------------------------------------------------------------------- 07.13 grouped_query_attention
 
@@ -180,9 +249,10 @@ def _gqa_case(B, H, H_kv, n_q, n_k, d=8, d_v=None, mask="causal", scale=1.0, dty
     return make
 
 
-def _gqa_variant(*, expand="interleave", use_mask=True, scale=True, dim=-1):
+def _gqa_variant(*, expand="interleave", use_mask=True, scale=True, dim=-1, group_scale=False,
+                 fixed_group=None):
     def grouped_query_attention(q, k, v, mask=None):
-        group = q.shape[-3] // k.shape[-3]
+        group = q.shape[-3] // k.shape[-3] if fixed_group is None else fixed_group
         if expand == "interleave":
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         elif expand == "tile":
@@ -191,13 +261,25 @@ def _gqa_variant(*, expand="interleave", use_mask=True, scale=True, dim=-1):
             k, v = (t[:, :1].expand(-1, q.shape[-3], -1, -1) for t in (k, v))
         scores = q @ k.transpose(-2, -1)
         if scale:
-            scores = scores / math.sqrt(q.shape[-1])
+            scores = scores / math.sqrt(q.shape[-1] * (group if group_scale else 1))
         if use_mask and mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=dim)
         return weights @ v, weights
 
     return grouped_query_attention
+
+
+def _gqa_grouped_wrong_way(q, k, v, mask=None):
+    """q viewed as (B, g, H_kv, N, d): query head h meets K/V head h mod H_kv (and a mask that
+    is not (N_q, N_k) meets a five-axis score tensor)."""
+    g = q.shape[1] // k.shape[1]
+    B, H, N, d = q.shape
+    scores = q.view(B, g, H // g, N, d) @ k[:, None].transpose(-2, -1) / math.sqrt(d)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ v[:, None]).reshape(B, H, N, -1), weights.reshape(B, H, N, -1)
 
 
 GQA_CASES = [
@@ -238,11 +320,17 @@ SUITES = [
         cases=RMS_CASES,
         hint="RMSNorm(x) = x / √(mean(x²) + ε) · γ, the mean over the last dimension, no mean "
              "subtracted and no shift.",
+        observe=capitalised(observe_rms),
+        readings=RMS_READINGS,
         mutants=[
             Mutant("mean subtracted", _rms_variant(centre=True),
                    "You subtract the mean before dividing: that is LayerNorm (without δ). "
                    "RMSNorm keeps x as it is and divides by its root mean square, "
                    "√(mean(x²) + ε)."),
+            Mutant("mean subtracted, unbiased variance", _rms_variant(centre=True, unbiased=True),
+                   "You subtract the mean and divide by the standard deviation (unbiased, at "
+                   "that): that is LayerNorm. RMSNorm keeps x as it is and divides by its root "
+                   "mean square, √(mean(x²) + ε)."),
             Mutant("ε outside the square root", _rms_variant(eps_outside=True),
                    "You add ε after the square root, √mean(x²) + ε; it goes inside: "
                    "√(mean(x²) + ε)."),
@@ -277,8 +365,13 @@ SUITES = [
             Mutant("gate and up swapped", _swiglu_variant("swapped"),
                    "Your SiLU acts on up_proj(x) and gates gate_proj(x): it is the other way "
                    "round, SiLU(gate_proj(x)) ⊙ up_proj(x)."),
-            Mutant("GELU gate", _swiglu_variant("gelu"),
-                   "You gate with GELU (that is GEGLU); SwiGLU's gate is SiLU, z·σ(z) (F.silu)."),
+            Mutant("GELU gate", _swiglu_variant("gelu"), GELU_HINT),
+            Mutant("tanh-approximate GELU gate", _swiglu_variant("tanh gelu"), GELU_HINT),
+            Mutant("sigmoid-approximate GELU gate", _swiglu_variant("sigmoid gelu"), GELU_HINT),
+            Mutant("branches added", _swiglu_variant("sum"),
+                   "You add the two branches: SwiGLU multiplies them, feature by feature, "
+                   "SiLU(gate_proj(x)) ⊙ up_proj(x) (the gate scales each feature of the up "
+                   "branch)."),
             Mutant("sigmoid gate", _swiglu_variant("sigmoid"),
                    "You gate with σ(z) (that is the original GLU); SwiGLU's gate is SiLU, z·σ(z) "
                    "(F.silu)."),
@@ -308,6 +401,12 @@ SUITES = [
         cases=GQA_CASES,
         hint="Repeat each key/value head H / H_kv times in a row (repeat_interleave on the head "
              "axis, dim=-3), then softmax(QKᵀ/√d_k) V with the mask applied before the softmax.",
+        readings=(
+            (r"fails exactly the cases where `mask` is given",
+             "Apply the mask as given, True = may attend: set the scores where it is False to "
+             "−inf before the softmax (not where it is True, and not after the softmax), and "
+             "let it broadcast to (B, H, N_q, N_k)."),
+        ),
         mutants=[
             Mutant("heads tiled", _gqa_variant(expand="tile"),
                    "You tile the key/value heads (repeat), so query head h reads K/V head "
@@ -321,6 +420,19 @@ SUITES = [
                    "softmax."),
             Mutant("missing scale", _gqa_variant(scale=False),
                    "Your scores are not scaled: divide QKᵀ by √d_k, with d_k = q.shape[-1]."),
+            Mutant("scaled by √(d_k · group)", _gqa_variant(group_scale=True),
+                   "Your scores are divided by √(d_k · H / H_kv): the scale is 1/√d_k, with d_k = "
+                   "q.shape[-1], whatever the group size (a shared key/value head changes nothing "
+                   "in each query head's scores)."),
+            Mutant("group size fixed at 2", _gqa_variant(fixed_group=2),
+                   "Your code passes exactly the cases where H / H_kv is 2: take the group size "
+                   "from the shapes, q.shape[1] // k.shape[1], since each case has its own."),
+            Mutant("queries grouped as (B, H / H_kv, H_kv, ...)", _gqa_grouped_wrong_way,
+                   "Your query head h reads K/V head h mod H_kv, as tiled heads would: viewing q "
+                   "as (B, H / H_kv, H_kv, N, d) puts heads h, h + H_kv, h + 2·H_kv and so on "
+                   "in one group. A group is H / H_kv *consecutive* query heads: view q as "
+                   "(B, H_kv, H / H_kv, "
+                   "N, d), or repeat_interleave(H / H_kv, dim=-3) on k and v."),
             Mutant("softmax over the queries", _gqa_variant(dim=-2),
                    "Your softmax runs over the queries: each query's weights over the keys sum "
                    "to 1, so take it over the last axis."),
