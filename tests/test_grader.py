@@ -277,10 +277,15 @@ def test_wrong_implementations_lose_points_and_get_the_mutants_hint(graded):
 
 
 def test_partial_credit_is_per_case(graded):
+    """frank's rnn_cell is right only for a batch of one: it earns exactly those cases' points."""
     record = graded["records"]["frank"]
-    assert exercise(record, "01.1")["score"] == pytest.approx(2 / 3, abs=1e-3)
+    suite = all_suites()["rnn_cell"]
+    batch_of_one = [i for i in range(len(suite.cases)) if suite.inputs(i)[0].shape[0] == 1]
+    earned = sum(suite.case_points(i) for i in batch_of_one)
+    assert 0 < earned < suite.points
+    assert exercise(record, "01.1")["score"] == pytest.approx(earned, abs=1e-3)
     assert exercise(record, "01.1")["status"] == "partial"
-    assert record["score"] == pytest.approx(3 + 2 / 3, abs=1e-3)
+    assert record["score"] == pytest.approx(3 + earned, abs=1e-3)
 
 
 def test_py_files_percent_format_and_plain(graded):
@@ -413,7 +418,8 @@ def test_cli_with_extra_hidden_cases_and_force(tmp_path, capsys):
     assert (record["score"], record["max_score"]) == (5, 5)  # the exercise keeps its 2 points
     hidden = [t for t in record["tests"] if t["name"].startswith("01.1 rnn_cell · hidden")]
     assert len(hidden) == 1 and hidden[0]["visibility"] == "after_published"
-    assert hidden[0]["max_score"] == pytest.approx(2 * 3 / 6, abs=1e-3)  # weight 3 of 6
+    shown = sum(c.points for c in all_suites()["rnn_cell"].cases)
+    assert hidden[0]["max_score"] == pytest.approx(2 * 3 / (shown + 3), abs=1e-3)  # weight 3
     assert "1 to grade" in capsys.readouterr().err
     assert main(args) == 0
     assert "0 to grade, 1 unchanged" in capsys.readouterr().err
@@ -435,7 +441,8 @@ def test_hidden_cases_stay_out_of_what_students_see(tmp_path):
     (extra / "rnn.py").write_text(HIDDEN_CASES, encoding="utf-8")
     batch = grade([subs], out, jobs=1, limits=FAST, extra_cases=extra, stream=None)
     record = batch.records[0]
-    assert record["score"] == pytest.approx(4)  # the hidden case weighs 3 of rnn_cell's 6
+    shown = sum(c.points for c in all_suites()["rnn_cell"].cases)  # the hidden case weighs 3
+    assert record["score"] == pytest.approx(5 - 2 * 3 / (shown + 3), abs=1e-3)
     hidden = next(t for t in record["tests"] if "hidden" in t["name"])
     assert hidden["visibility"] == "after_published" and hidden["status"] == "failed"
     verdict = hidden["output"].splitlines()[0].removeprefix("✗ ")

@@ -24,6 +24,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import coursekit.rnn
 from coursekit.grading.batch import Limits, grade
+from coursekit.grading.registry import all_suites
 
 ROOT = Path(__file__).resolve().parents[1]
 FORGED = "forged.json"  # where no file may appear: in the results, next to the submissions
@@ -89,7 +90,7 @@ def corpus(out: Path, subs: Path, port: int) -> dict[str, tuple[str | bytes, flo
         # --- wrong results
         "wrong_shape_dtype.ipynb": (notebook(
             cell(RNN.replace("b_hh)\n", "b_hh).unsqueeze(0)\n"), "01.1"),
-            cell(LSTM.replace("c_next), c_next", "c_next).double(), c_next"), "01.2")), 0,
+            cell(LSTM.replace("c_next), c_next", "c_next).half(), c_next"), "01.2")), 0,
             ["shape"]),
         "nan.ipynb": (attack("    return torch.full_like(h, float('nan'))\n"), 3,
                       ["non-finite value nan"]),
@@ -360,7 +361,9 @@ def test_submissions_are_untouched_and_student_files_do_not_replace_results(host
     assert hostile["records"]["student_results_json"]["score"] == 3
     control = json.loads((out / "control" / "results.json").read_text())
     assert control == hostile["records"]["control"] and control["score"] == 5
-    assert len(control["tests"]) == 6 and {t["status"] for t in control["tests"]} == {"passed"}
+    cases = sum(len(all_suites()[n].cases) for n in ("rnn_cell", "lstm_cell"))
+    assert len(control["tests"]) == cases
+    assert {t["status"] for t in control["tests"]} == {"passed"}
     rows = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))
     assert {"student_results_json", "control"} <= {row["submission"] for row in rows}
     assert all(float(row["score"]) <= float(row["max_score"]) == 5 for row in rows)

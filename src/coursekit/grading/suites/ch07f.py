@@ -673,8 +673,10 @@ HEAD_MUTANTS = [
            "Your dropout acts on the [CLS] vector before the pooler. As in "
            "BertForSequenceClassification, it acts on the pooled vector, between the pooler and "
            "the classifier: classifier(dropout(tanh(W_p·h_[CLS] + b_p)))."),
-    Mutant("ReLU pooler", _head_variant(act=torch.relu), NOT_TANH),
-    Mutant("GELU pooler", _head_variant(act=F.gelu), NOT_TANH),
+    Mutant("ReLU pooler", _head_variant(act=torch.relu), NOT_TANH.replace("is not tanh",
+                                                                           "is ReLU, not tanh")),
+    Mutant("GELU pooler", _head_variant(act=F.gelu), NOT_TANH.replace("is not tanh",
+                                                                      "is GELU, not tanh")),
     Mutant("pooler weight not transposed", _head_variant(untransposed=True),
            "You multiply by the pooler's weight as it is stored, not transposed, h @ "
            "pooler.weight: nn.Linear stores W as (out, in) and computes h @ W.T + b. Call "

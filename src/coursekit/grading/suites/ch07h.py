@@ -205,8 +205,7 @@ def _swiglu_variant(form):
     return SwiGLU
 
 
-GELU_HINT = ("You gate with GELU (exact, or its tanh or sigmoid approximation, z·σ(1.702 z)): "
-             "that is GEGLU. SwiGLU's gate is SiLU, z·σ(z) (F.silu).")
+GELU_HINT = ("You gate with {}: that is GEGLU. SwiGLU's gate is SiLU, z·σ(z) (F.silu).")
 
 SWIGLU_CASES = [
     Case("B=2, N=3, d_model=8, d_ff=16", _swiglu_case(2, 3, 8, 16)),
@@ -365,9 +364,11 @@ SUITES = [
             Mutant("gate and up swapped", _swiglu_variant("swapped"),
                    "Your SiLU acts on up_proj(x) and gates gate_proj(x): it is the other way "
                    "round, SiLU(gate_proj(x)) ⊙ up_proj(x)."),
-            Mutant("GELU gate", _swiglu_variant("gelu"), GELU_HINT),
-            Mutant("tanh-approximate GELU gate", _swiglu_variant("tanh gelu"), GELU_HINT),
-            Mutant("sigmoid-approximate GELU gate", _swiglu_variant("sigmoid gelu"), GELU_HINT),
+            Mutant("GELU gate", _swiglu_variant("gelu"), GELU_HINT.format("GELU")),
+            Mutant("tanh-approximate GELU gate", _swiglu_variant("tanh gelu"),
+                   GELU_HINT.format("GELU's tanh approximation")),
+            Mutant("sigmoid-approximate GELU gate", _swiglu_variant("sigmoid gelu"),
+                   GELU_HINT.format("GELU's sigmoid approximation, z·σ(1.702 z)")),
             Mutant("branches added", _swiglu_variant("sum"),
                    "You add the two branches: SwiGLU multiplies them, feature by feature, "
                    "SiLU(gate_proj(x)) ⊙ up_proj(x) (the gate scales each feature of the up "
