@@ -16,7 +16,7 @@ import os
 import time
 
 import torch
-import torch.nn.functional as F
+from models_gpt import _sync, _train_step  # benchmarks/ is on the path: the same step and timer
 
 from coursekit.decoding import greedy
 from coursekit.models.llama import Llama, to_hf
@@ -28,18 +28,6 @@ CONFIGS = {  # name: (vocab, d_model, n_heads, n_kv_heads, n_layers, d_ff, batch
     "book, wider": (512, 256, 8, 2, 4, 704, 16, 128),
     "TinyLlama width, 4 layers": (32000, 2048, 32, 4, 4, 5632, 1, 256),
 }
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _train_step(model, ids, hf: bool) -> None:
-    logits = model(ids).logits if hf else model(ids)[0]
-    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
-    loss.backward()
-    model.zero_grad(set_to_none=True)
 
 
 def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 5,
