@@ -245,8 +245,9 @@ def render(reports: list[tuple[str, dict]], notebooks: list[str], url=lambda pat
                                                   for _, r in reports) + ".", ""]
     lines += ["## Every notebook", "",
               "Per run: i for the instructor edition, s for the student edition; the seconds a "
-              "notebook took (two ran at a time on the 2-core CPU, so these are not its time "
-              "alone; the Performance page has those).", ""]
+              "notebook took in that run (`validate --jobs` runs notebooks side by side, and "
+              "other work may share the machine, so these are not its time alone; the "
+              "Performance page has those).", ""]
     lines += notebook_rows(reports, notebooks) + [""]
     failures = failure_lines(reports)
     if failures:
