@@ -166,9 +166,7 @@ TOP_P = [
         "    n_keep = (before < p).sum(dim=-1, keepdim=True).clamp(min=1)\n"
         "    threshold = sorted_probs.gather(-1, n_keep - 1)\n"
         "    return logits.masked_fill(probs < threshold, float('-inf'))\n",
-        expect=("tie",), kind="boundary", missed="it differs from Hugging Face's filter only "
-        "where probabilities tie at the cut-off, and which of the tied tokens a right filter "
-        "keeps depends on the sort's order, which neither the book nor torch.sort fixes"),
+        expect=("tie",), kind="boundary"),
     alt("top_p_filter", "Hugging Face's ascending sort", TP +
         "    sorted_logits, order = torch.sort(logits, descending=False)\n"
         "    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)\n"

@@ -380,7 +380,7 @@ class Session:
             raise WorkerLost("is gone")
         encoder = protocol.Encoder(
             handle_ref=lambda v: v._ck_id if isinstance(v, Remote) and v._ck_session is self
-            else None, parameters=True)
+            else None, parameters=True, layout=True)  # a transposed argument stays transposed
         try:
             body = {k: (v if k in ("op", "name", "seed", "upstream") else encoder(v))
                     for k, v in message.items()}

@@ -10,7 +10,7 @@ import math
 import torch
 
 from coursekit import decoding
-from coursekit.grading.suite import Case, Mutant, Suite, in_dtype
+from coursekit.grading.suite import Case, Mutant, Suite, compare, in_dtype
 from coursekit.grading.suites.ch07_readings import DTYPE_READING, capitalised
 
 # ----------------------------------------------------------------------------- 07.3 top_p_filter
@@ -57,9 +57,54 @@ TOP_P_CASES = [
     Case("very large logits (×100)", _top_p_case((3, 12), 0.9, scale=100.0),
          hint="Compute the probabilities with softmax, which subtracts the row's maximum first: "
               "exp of a logit near 300 overflows float32 to inf."),
+    Case("ties at the cut-off: probabilities (0.4, 0.2, 0.2, 0.2), p = 0.5",
+         _top_p_case(probs=[0.4, 0.2, 0.2, 0.2], p=0.5),
+         hint="Keep the smallest set whose probabilities reach p: 0.4 + 0.2 = 0.6 ≥ 0.5, so the "
+              "nucleus holds two tokens, the 0.4 and one of the three tied 0.2s (any one of "
+              "them is accepted). A threshold on the probability, keep every token with "
+              "probability ≥ the last one kept, keeps all three ties."),
 ]
 # logits come in the model's dtype: the filter returns them in it (Hugging Face's does)
 TOP_P_CASES.append(in_dtype(TOP_P_CASES[0], torch.float64))
+
+
+def tie_judge(expected, got, atol, rtol):
+    """The verdict, where tokens whose logits tie at the nucleus's edge may be kept in any
+    order: in a row, a kept token with the edge logit t that the reference drops counts as one
+    of the reference's kept ties at t, when the row keeps as many tokens at t as the reference
+    does (which of equal tokens a sort puts first is not fixed)."""
+    e = expected[0] if expected else None
+    a = got[0] if len(got) else None
+    if (type(a) is torch.Tensor and type(e) is torch.Tensor and a.shape == e.shape
+            and a.dtype == e.dtype and a.is_floating_point() and e.dim() >= 1):
+        e2, a2 = e.reshape(-1, e.shape[-1]), a.reshape(-1, a.shape[-1]).clone()
+        for row in range(e2.shape[0]):
+            kept = torch.isfinite(e2[row])
+            if not kept.any():
+                continue
+            edge = e2[row][kept].min()
+            mine, theirs = a2[row] == edge, e2[row] == edge
+            if int(mine.sum()) == int(theirs.sum()) and (mine != theirs).any():
+                a2[row] = torch.where(mine | theirs, e2[row], a2[row])
+        got = [a2.reshape(a.shape), *got[1:]]
+    return compare(expected, got, atol, rtol)
+
+
+def _kept_ties(e, a) -> int:
+    """How many tokens ``a`` keeps beyond ``e``'s nucleus, where every one of them ties with the
+    nucleus's edge logit and ``a`` keeps the whole nucleus unchanged; 0 otherwise."""
+    e2, a2 = e.reshape(-1, e.shape[-1]), a.reshape(-1, a.shape[-1])
+    extra = 0
+    for row_e, row_a in zip(e2, a2, strict=True):
+        kept = torch.isfinite(row_e)
+        if not kept.any() or not torch.equal(row_a[kept], row_e[kept]):
+            return 0
+        edge = row_e[kept].min()
+        more = torch.isfinite(row_a) & ~kept
+        if not (row_a[more] == edge).all():
+            return 0
+        extra += int(more.sum())
+    return extra
 
 
 def observe(expected, got) -> str:
@@ -74,6 +119,11 @@ def observe(expected, got) -> str:
     keep_e = torch.isfinite(e)
     if keep_e.all():
         return ""
+    extra = _kept_ties(e, a)
+    if extra:
+        return (f"your output keeps {extra} more token(s) whose logit ties with the last one "
+                "the nucleus keeps (the reference keeps only as many of the tied tokens as the "
+                "smallest set needs)")
     if not (a == -math.inf).any():
         dropped = a[~keep_e]
         if torch.isfinite(dropped).all() and (dropped == dropped.flatten()[0]).all():
@@ -110,6 +160,11 @@ def observe(expected, got) -> str:
 
 READINGS = (
     DTYPE_READING,
+    (r"whose logit ties with the last one",
+     "Tokens that tie at the nucleus's edge count one by one: the nucleus is the smallest set "
+     "that reaches p, so keep a tied token only while the tokens before it (in the sorted "
+     "order) sum to less than p. A threshold on the probability, every token at least as "
+     "probable as the last one kept, keeps all the ties."),
     (r"where the reference's holds −inf",
      "The tokens outside the nucleus get −inf, float('-inf'), not a finite stand-in such as 0, "
      "−1e4 or −1e9: the check compares the filtered logits themselves, and a finite value is "
@@ -162,6 +217,7 @@ SUITES = [
         solution=decoding.top_p_filter,
         arg_names=("logits", "p"),
         cases=TOP_P_CASES,
+        judge=tie_judge,
         hint="Sort the probabilities in descending order, accumulate them, drop a token when the "
              "tokens before it already sum to p, always keep the first, and set the dropped "
              "tokens' logits to -inf in vocabulary order.",

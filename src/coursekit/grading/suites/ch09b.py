@@ -264,6 +264,11 @@ Q_CASES = [
          hint="Divide by c itself, however small: only c = 0 needs the guard. A clamp or a "
               "threshold at 1e-8 (or at any value above float32's smallest, about 1e-38) "
               "changes the indices of a block whose largest |w| lies under it."),
+    Case("a transposed weight: w.T of a (32, 64) matrix, so w is not contiguous",
+         _q_case((32, 64), 64, edit=lambda w, g: w.T),
+         hint="The flattened tensor is w's values in the order w.reshape(-1) reads them, "
+              "whatever its layout in memory: w.view(-1, blocksize) fails on a transposed "
+              "(non-contiguous) w; w.reshape(-1, blocksize) copies where it must."),
     Case("NF4 values w·(1/c) exactly on the float32 midpoints",
          _q_case((4, 64), 64, edit=_nf4_midpoints),
          hint="A value exactly on a midpoint goes to the lower code value, as bitsandbytes "
