@@ -61,10 +61,7 @@ MERGE = [
         "        else:\n"
         "            out.append(ids[i])\n"
         "            i += 1\n"
-        "    return out\n", kind="alias",
-        missed="returning the argument itself when nothing merges is wrong only through aliasing "
-               "(a later change to one list changes the other), which no output can show: the "
-               "batch grader's worker returns a copy, and BPE's training loop rebinds ids"),
+        "    return out\n", kind="alias", expect=("new list",)),
     bug("merge_pair", "new_id inserted and the first id kept", MP +
         "    out, i = [], 0\n"
         "    while i < len(ids):\n"

@@ -49,8 +49,10 @@ def gpt2_merge(ids, pair, new_id):
 
 def run_merge(fn, args):
     out = fn(*args)
-    if not isinstance(out, (list, tuple)) or not all(type(i) is int for i in out):
-        raise OutputError(f"merge_pair returned a {type(out).__name__}: expected a list of ints")
+    if type(out) is not list or not all(type(i) is int for i in out):
+        given = " (ids itself, where ids is a tuple?)" if out is args[0] else ""
+        raise OutputError(f"merge_pair returned a {type(out).__name__}{given}: expected a new "
+                          "list of ints")
     return torch.tensor(list(out), dtype=torch.long)
 
 
@@ -84,7 +86,12 @@ MERGE_CASES = [
          hint="A single token has no pair: return it unchanged."),
 ]
 # ids may be a tuple (the docstring says so): code that needs a list's methods shows
-MERGE_CASES += [as_container(MERGE_CASES[0], 0, tuple), as_container(MERGE_CASES[1], 0, tuple)]
+MERGE_CASES += [as_container(MERGE_CASES[0], 0, tuple), as_container(MERGE_CASES[1], 0, tuple),
+                as_container(Case("neither id of the pair occurs", _merge_case([1, 2, 1, 4], (3, 5))),
+                             0, tuple, hint=(
+                    "Return a new list even when nothing merges: here ids is a tuple with no "
+                    "occurrence of the pair, and returning ids itself (or a copy of it) gives "
+                    "back a tuple. Build the output with list(...) or a fresh list."))]
 
 
 def _merge_only_first(ids, pair, new_id):
