@@ -273,6 +273,18 @@ def _nf4_bits():
     return bits / w.numel()
 
 
+def _lora_scale_ratio():
+    from peft import LoraConfig, get_peft_model
+
+    def scaling(r):
+        model = nn.Sequential()
+        model.add_module("proj", nn.Linear(64, 64))
+        peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=16, target_modules=["proj"]))
+        return peft_model.base_model.model.proj.scaling["default"]
+
+    return scaling(32) / scaling(8)
+
+
 def _merged_same_cost():
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -331,6 +343,7 @@ KEYS = {
     "09.C1": _lora_parameters,
     "09.C2": _merged_same_cost,
     "09.C3": _nf4_bits,
+    "09.C4": _lora_scale_ratio,
 }
 
 

@@ -333,13 +333,14 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in [
        "Every other caption in the batch: the softmax runs over the 32 texts, one of them right.",
        wrong={"32": "one of the 32 texts is the image's own caption, the positive.",
               "62": "that counts both directions' negatives; one image's row has 31."}),
-    _q("08.C3", "number", "CLIP starts its temperature at τ = 0.07 and learns t = log(1/τ). By "
-       "what factor are the cosine similarities multiplied at the start of training (two "
-       "decimals)?", 1 / 0.07,
-       "exp(t) = 1/τ ≈ 14.29: the logits are cosines (between −1 and 1) scaled up so that the "
-       "softmax can be sharp; Radford et al. (2021) learn t and clip the scale at 100.", tol=0.006,
+    _q("08.C3", "number", "CLIP starts its temperature at τ = 0.07 and learns "
+       "logit_scale = log(1/τ). By what factor are the cosine similarities multiplied at the "
+       "start of training (two decimals)?", 1 / 0.07,
+       "exp(logit_scale) = 1/τ ≈ 14.29: the logits are cosines (between −1 and 1) scaled up so "
+       "that the softmax can be sharp; Radford et al. (2021) learn logit_scale and clip the "
+       "scale at 100.", tol=0.006,
        wrong={"0.07": "that is τ itself; the similarities are divided by τ, i.e. multiplied by 1/τ.",
-              "2.66": "that is t = log(1/τ); the factor is exp(t)."}),
+              "2.66": "that is logit_scale = log(1/τ); the factor is exp(logit_scale)."}),
     # Chapter 9: LoRA and QLoRA
     _q("09.C1", "number", "LoRA with rank r = 8 on one 768 × 768 linear layer: how many trainable "
        "parameters does it add?", 12288,
@@ -350,6 +351,13 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in [
        "no double quantisation: how many bits of storage per weight?", 4.5,
        "4 bits per code plus 32 bits shared by 64 weights: 4 + 0.5.", tol=1e-9,
        wrong={"4": "that forgets the absmax constant each block of 64 stores."}),
+    _q("09.C4", "number", "LoRA multiplies its update BA by γ = α/r. With α fixed at 16, the "
+       "rank goes from r = 8 to r = 32: by what factor does γ change?", 0.25,
+       "γ goes from 16/8 = 2 to 16/32 = 0.5, a quarter: at fixed α a larger rank scales its "
+       "update down, which is why α and r are tuned together (and why rsLoRA divides by √r).",
+       tol=1e-9,
+       wrong={"4": "that is how r changes; γ = α/r shrinks as r grows.",
+              "0.5": "that is rsLoRA's factor, α/√r: √(8/32) = 0.5; LoRA divides by r itself."}),
     _q("09.C2", "choice", "After merging a LoRA adapter into its layer (W ← W + (α/r)·BA), "
        "inference costs…", "a",
        "The merged layer is an ordinary W of the same shape: no extra matrix multiplication, "
@@ -374,7 +382,7 @@ NOTEBOOK_QUESTIONS = {
     "07e": ("07.C7", "07.C8"), "07f": ("07.C9",), "07g": ("07.C10", "07.C11"),
     "07h": ("07.C12", "07.C13", "07.C14"),
     "08a": ("08.C1",), "08b": ("08.C2", "08.C3"),
-    "09a": ("09.C1", "09.C2"), "09b": ("09.C3",),
+    "09a": ("09.C1", "09.C2"), "09b": ("09.C3", "09.C4"),
 }
 
 

@@ -9,9 +9,9 @@ Both encoders map their input to one vector of a shared space of width d_embed:
   the end-of-text token (the only position that has seen the whole caption), then a projection.
 
 For a batch of B matching (image, caption) pairs, the B x B cosine similarities scaled by a
-learned temperature, exp(t), are logits: row i should pick caption i among the B captions and
+learned temperature, exp(logit_scale), are logits: row i should pick caption i among the B captions and
 column j image j among the B images. The loss is the mean of the two cross-entropies
-(:func:`clip_loss`), the *symmetric contrastive loss*; t starts at log(1/0.07). SigLIP's
+(:func:`clip_loss`), the *symmetric contrastive loss*; logit_scale starts at log(1/0.07). SigLIP's
 pairwise sigmoid loss (:func:`siglip_loss`) scores each pair on its own instead. NegCLIP's loss
 (:func:`negclip_loss`) adds captions that match no image (hard negatives) as extra columns.
 
@@ -36,9 +36,9 @@ from coursekit.transformer import Encoder
 
 def clip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor) -> Tensor:
     """The symmetric contrastive loss. image_embeds, text_embeds: (B, d_embed), pair i matching;
-    logit_scale: the scalar t (the temperature is exp(−t)) -> scalar loss.
+    logit_scale: a scalar, log(1/τ) (the temperature τ is exp(−logit_scale)) -> scalar loss.
 
-    logits = exp(t) · norm(I) norm(T)ᵀ (B, B); loss = ½ [CE(logits, 0..B−1) + CE(logitsᵀ, 0..B−1)].
+    logits = exp(logit_scale) · norm(I) norm(T)ᵀ (B, B); loss = ½ [CE(logits, 0..B−1) + CE(logitsᵀ, 0..B−1)].
     """
     image_embeds = F.normalize(image_embeds, dim=-1)
     text_embeds = F.normalize(text_embeds, dim=-1)
@@ -54,9 +54,9 @@ def negclip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor)
 
     image_embeds: (B, d_embed); text_embeds: (B + M, d_embed), not normalised: caption i < B
     matches image i, and the M captions after them match no image (hard negatives, M >= 0);
-    logit_scale: the scalar t (the temperature is exp(−t)) -> scalar loss.
+    logit_scale: a scalar, log(1/τ) (the temperature τ is exp(−logit_scale)) -> scalar loss.
 
-    logits_per_image = exp(t) · norm(I) norm(T)ᵀ (B, B + M): every negative is an extra column of
+    logits_per_image = exp(logit_scale) · norm(I) norm(T)ᵀ (B, B + M): every negative is an extra column of
     every image's softmax. A negative has no caption→image term of its own (it has no image to
     pick), so the caption side keeps the B true captions:
     loss = ½ [CE(logits_per_image, 0..B−1) + CE(logits_per_image[:, :B]ᵀ, 0..B−1)].
@@ -82,13 +82,13 @@ def siglip_loss(image_embeds: Tensor, text_embeds: Tensor, logit_scale: Tensor,
 
     image_embeds: (B_img, d_embed), text_embeds: (B_txt, d_embed), not normalised; image i matches
     caption i (any row or column beyond min(B_img, B_txt) is a negative for everyone);
-    logit_scale: 0-d tensor t' = ln(1/τ); logit_bias: 0-d tensor b.
+    logit_scale: 0-d tensor, ln(1/τ); logit_bias: 0-d tensor b.
 
-    logits S_ij + b = exp(t') cos(image i, caption j) + b; label z_ij = +1 if i == j else −1;
+    logits S_ij + b = exp(logit_scale) cos(image i, caption j) + b; label z_ij = +1 if i == j else −1;
     term_ij = −log σ(z_ij (S_ij + b)). Returns the (B_img, B_txt) terms with ``per_pair=True``,
     else the terms summed over the captions and averaged over the images (the paper's 1/|B|),
     as big_vision's trainer and ``transformers.SiglipModel(return_loss=True)`` compute it.
-    The paper initialises t' = ln 10 and b = −10.
+    The paper initialises logit_scale = ln 10 and b = −10.
     """
     image_embeds = F.normalize(image_embeds, dim=-1)
     text_embeds = F.normalize(text_embeds, dim=-1)
@@ -132,7 +132,7 @@ class TextTransformer(nn.Module):
 
 
 class CLIP(nn.Module):
-    """Image and text encoders, their projections to d_embed, and the learned logit scale t."""
+    """Image and text encoders, their projections to d_embed, and the learned logit scale."""
 
     def __init__(self, vocab_size: int, eot_id: int, image_size: int = 20, patch_size: int = 5,
                  in_channels: int = 1, d_embed: int = 32, d_vision: int = 64,
@@ -148,7 +148,7 @@ class CLIP(nn.Module):
                                     text_ff, eps=eps)
         self.visual_projection = nn.Linear(d_vision, d_embed, bias=False)
         self.text_projection = nn.Linear(d_text, d_embed, bias=False)
-        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))  # t; exp(t) = 1/0.07
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))  # exp(logit_scale) = 1/0.07
 
     def encode_image(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, d_embed), not normalised (HF's ``get_image_features``)."""
@@ -159,7 +159,7 @@ class CLIP(nn.Module):
         return self.text_projection(self.text(ids))
 
     def forward(self, images: Tensor, ids: Tensor) -> Tensor:
-        """-> logits_per_image (B_images, B_texts) = exp(t) · cosine similarities."""
+        """-> logits_per_image (B_images, B_texts) = exp(logit_scale) · cosine similarities."""
         image = F.normalize(self.encode_image(images), dim=-1)
         text = F.normalize(self.encode_text(ids), dim=-1)
         return self.logit_scale.exp() * image @ text.T
