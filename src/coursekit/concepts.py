@@ -354,10 +354,12 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in [
     _q("09.C4", "number", "LoRA multiplies its update BA by γ = α/r. With α fixed at 16, the "
        "rank goes from r = 8 to r = 32: by what factor does γ change?", 0.25,
        "γ goes from 16/8 = 2 to 16/32 = 0.5, a quarter: at fixed α a larger rank scales its "
-       "update down, which is why α and r are tuned together (and why rsLoRA divides by √r).",
+       "update down, as LoRA intends, so that α can stay fixed when r changes; rsLoRA argues "
+       "this over-corrects and divides by √r instead.",
        tol=1e-9,
        wrong={"4": "that is how r changes; γ = α/r shrinks as r grows.",
-              "0.5": "that is rsLoRA's factor, α/√r: √(8/32) = 0.5; LoRA divides by r itself."}),
+              "0.5": "that is how rsLoRA's factor α/√r would change, √(8/32); LoRA divides by r "
+                     "itself."}),
     _q("09.C2", "choice", "After merging a LoRA adapter into its layer (W ← W + (α/r)·BA), "
        "inference costs…", "a",
        "The merged layer is an ordinary W of the same shape: no extra matrix multiplication, "

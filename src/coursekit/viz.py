@@ -98,11 +98,12 @@ def plot_history(*histories: Any, labels: Sequence[str] = (), ax: plt.Axes | Non
 
 def flow_diagram(boxes: Sequence[str], repeat: tuple[int, int, str] | None = None,
                  notes: dict[int, str] | None = None, ax: plt.Axes | None = None,
-                 title: str | None = None) -> plt.Axes:
+                 title: str | None = None, note_x: float = 1.05) -> plt.Axes:
     """An architecture drawn as data flowing up through ``boxes`` (listed from the input up).
 
     ``repeat=(first, last, "× L")`` draws a bracket around boxes ``first..last`` (a stacked block);
-    ``notes`` maps a box's index to a line written to its right (a shape, a remark).
+    ``notes`` maps a box's index to a line written to its right (a shape, a remark), starting at
+    ``note_x`` (the boxes are centred on 0; move the notes right for wide boxes).
     """
     notes = notes or {}
     n = len(boxes)
@@ -116,12 +117,12 @@ def flow_diagram(boxes: Sequence[str], repeat: tuple[int, int, str] | None = Non
             ax.annotate("", xy=(0.0, i - 0.3), xytext=(0.0, i - 0.7),
                         arrowprops=dict(arrowstyle="->", color="black"))
         if i in notes:
-            ax.text(1.05, i, notes[i], ha="left", va="center", fontsize=8, color="#444444")
+            ax.text(note_x, i, notes[i], ha="left", va="center", fontsize=8, color="#444444")
     if repeat is not None:
         first, last, label = repeat
         ax.plot([-1.05, -1.15, -1.15, -1.05], [first - 0.4, first - 0.4, last + 0.4, last + 0.4], c="#D55E00")
         ax.text(-1.2, (first + last) / 2, label, ha="right", va="center", fontsize=10, color="#D55E00")
-    ax.set(xlim=(-1.6, 2.6), ylim=(-0.6, n - 0.4))
+    ax.set(xlim=(-1.6, note_x + 1.55), ylim=(-0.6, n - 0.4))
     ax.axis("off")
     if title:
         ax.set_title(title, fontsize=10)

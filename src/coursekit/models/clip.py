@@ -8,12 +8,13 @@ Both encoders map their input to one vector of a shared space of width d_embed:
 - the text encoder is a causal (GPT-style) Pre-LN transformer over the caption's tokens, pooled at
   the end-of-text token (the only position that has seen the whole caption), then a projection.
 
-For a batch of B matching (image, caption) pairs, the B x B cosine similarities scaled by a
-learned temperature, exp(logit_scale), are logits: row i should pick caption i among the B captions and
-column j image j among the B images. The loss is the mean of the two cross-entropies
-(:func:`clip_loss`), the *symmetric contrastive loss*; logit_scale starts at log(1/0.07). SigLIP's
-pairwise sigmoid loss (:func:`siglip_loss`) scores each pair on its own instead. NegCLIP's loss
-(:func:`negclip_loss`) adds captions that match no image (hard negatives) as extra columns.
+For a batch of B matching (image, caption) pairs, the B x B cosine similarities multiplied
+by exp(logit_scale) = 1/τ, the inverse of a learned temperature τ, are logits: row i should pick
+caption i among the B captions and column j image j among the B images. The loss is the mean of
+the two cross-entropies (:func:`clip_loss`), the *symmetric contrastive loss*; logit_scale starts
+at log(1/0.07). SigLIP's pairwise sigmoid loss (:func:`siglip_loss`) scores each pair on its own
+instead. NegCLIP's loss (:func:`negclip_loss`) adds captions that match no image (hard negatives)
+as extra columns.
 
 Weight-compatible with ``transformers.CLIPModel`` (:func:`clip_from_hf`) when its towers use the
 exact GELU (``hidden_act="gelu"``; CLIP's default is ``quick_gelu``) and its text config names

@@ -314,7 +314,7 @@ ROPE_CASES = [
     Case("uneven positions 0, 3, 10, 64, 250, d=32", _rope_case((1, 2, 5, 32), [0, 3, 10, 64, 250]),
          hint=OWN_POSITION),
     Case("base=500, positions 0..4, d=32", _rope_case((1, 2, 5, 32), [0, 1, 2, 3, 4], 500.0),
-         hint="θ_i = base^(-2i/d) with the base argument (this case passes base=500)."),
+         hint="θ_f = base^(−2f/d) with the base argument (this case passes base=500)."),
     # far positions: a cos/sin cache of fixed length, indexed, is too short; the angles reach
     # 9000 rad, whose float32 rounding (and a θ_f one ulp apart) moves cos and sin by ~1e-3
     Case("positions up to 9000 (a long context), d=16",
@@ -442,7 +442,7 @@ SUITES = [
         cases=ROPE_CASES,
         atol=1e-4,
         rtol=1e-4,
-        hint="θ_i = base^(−2i/d); angles = positions[:, None] · θ, repeated as cat(angles, angles); "
+        hint="θ_f = base^(−2f/d); angles = positions[:, None] · θ, repeated as cat(angles, angles); "
              "return x·cos + rotate_half(x)·sin with rotate_half(x) = cat(−x2, x1).",
         observe=_pair_observation(_rope_pair, "features 0 and d/2", "output"),
         readings=(
@@ -473,7 +473,7 @@ SUITES = [
                    "You rotate by −mθ: the result is x·cos − rotate_half(x)·sin. With rotate_half(x) "
                    "= cat(−x2, x1) it is x·cos + rotate_half(x)·sin."),
             Mutant("exponent i/d instead of 2i/d", _rope_variant(exponent="i"),
-                   "Your frequencies are base^(−i/d); RoPE's are θ_i = base^(−2i/d), i = 0..d/2−1."),
+                   "Your frequencies are base^(−f/d); RoPE's are θ_f = base^(−2f/d), f = 0..d/2−1."),
             Mutant("cos and sin swapped", _rope_cos_sin_swapped,
                    "Your cos and sin are swapped: RoPE is x·cos(mθ) + rotate_half(x)·sin(mθ), "
                    "which leaves x unchanged at position 0 (cos 0 = 1, sin 0 = 0)."),
