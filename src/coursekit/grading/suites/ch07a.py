@@ -50,9 +50,8 @@ def gpt2_merge(ids, pair, new_id):
 def run_merge(fn, args):
     out = fn(*args)
     if type(out) is not list or not all(type(i) is int for i in out):
-        given = " (ids itself, where ids is a tuple?)" if out is args[0] else ""
-        raise OutputError(f"merge_pair returned a {type(out).__name__}{given}: expected a new "
-                          "list of ints")
+        raise OutputError(f"merge_pair returned a {type(out).__name__}: expected a new list of "
+                          "ints")
     return torch.tensor(list(out), dtype=torch.long)
 
 
