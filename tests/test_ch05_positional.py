@@ -197,6 +197,27 @@ def test_rope_scores_depend_only_on_the_offset():
     torch.testing.assert_close(apply_rope(x, torch.arange(5) * 11).norm(dim=-1), x.norm(dim=-1), **TOL)
 
 
+def test_rope_module_reuses_its_angles_only_where_they_are_the_same():
+    """RoPE.rotate keeps the last cos/sin it computed (every layer of a forward pass reuses them):
+    a call at another start, length, width, dtype or inference mode must not get stale angles."""
+    rope, torch_gen = RoPE(), torch.Generator().manual_seed(0)
+    calls = [(0, 7, 16, torch.float32), (0, 7, 16, torch.float32), (3, 7, 16, torch.float32),
+             (3, 1, 16, torch.float32), (3, 1, 8, torch.float32), (3, 1, 8, torch.float64)]
+    for start, n, d, dtype in calls:
+        q = torch.randn(2, 4, n, d, generator=torch_gen, dtype=dtype)
+        k = torch.randn(2, 2, n, d, generator=torch_gen, dtype=dtype)
+        positions = torch.arange(start, start + n)
+        got_q, got_k = rope.rotate(q, k, start)
+        assert got_q.dtype == dtype
+        torch.testing.assert_close(got_q, apply_rope(q, positions), rtol=0, atol=0)
+        torch.testing.assert_close(got_k, apply_rope(k, positions), rtol=0, atol=0)
+    with torch.inference_mode():  # angles made here cannot be saved for a later backward
+        rope.rotate(q, k, 5)
+    q.requires_grad_(True)
+    rope.rotate(q, k, 5)[0].sum().backward()
+    assert q.grad is not None
+
+
 def test_multi_head_attention_with_rope_matches_llama_attention():
     head_dim, n_heads = 8, 4
     config, rotary = llama_rotary(head_dim, 10000.0)

@@ -127,12 +127,18 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, interleaved:
 
     x: (..., N, d), positions: (N,) integer positions -> (..., N, d).
     """
-    angles = positions.to(torch.float32)[:, None] * rope_frequencies(x.shape[-1], base).to(x.device)
-    if interleaved:
-        angles, turn = angles.repeat_interleave(2, dim=-1), rotate_every_two
-    else:
-        angles, turn = torch.cat((angles, angles), dim=-1), rotate_half
-    return x * angles.cos().to(x.dtype) + turn(x) * angles.sin().to(x.dtype)
+    cos, sin = rope_cos_sin(positions, x.shape[-1], base, interleaved)
+    turn = rotate_every_two if interleaved else rotate_half
+    return x * cos.to(x.dtype) + turn(x) * sin.to(x.dtype)
+
+
+def rope_cos_sin(positions: Tensor, d: int, base: float = 10000.0,
+                 interleaved: bool = False) -> tuple[Tensor, Tensor]:
+    """cos(m·θ_f) and sin(m·θ_f) laid out as :func:`apply_rope` multiplies them, each feature
+    pair's angle on both of its features. positions: (N,) -> two (N, d) float32 tensors."""
+    angles = positions.to(torch.float32)[:, None] * rope_frequencies(d, base).to(positions.device)
+    angles = angles.repeat_interleave(2, dim=-1) if interleaved else torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
 
 
 # ----------------------------------------------------------------------------- ALiBi
@@ -262,11 +268,24 @@ class RoPE(PositionalEncoding):
     def __init__(self, base: float = 10000.0, interleaved: bool = False) -> None:
         super().__init__()
         self.base, self.interleaved = base, interleaved
+        self._last: tuple | None = None
 
     def rotate(self, q: Tensor, k: Tensor, start: int = 0) -> tuple[Tensor, Tensor]:
-        positions = torch.arange(start, start + q.shape[-2], device=q.device)
-        return (apply_rope(q, positions, self.base, self.interleaved),
-                apply_rope(k, positions, self.base, self.interleaved))
+        """q: (..., N, d), k: (..., N, d) -> both rotated for positions start .. start + N − 1,
+        as :func:`apply_rope` rotates them."""
+        cos, sin = self._cos_sin(start, q.shape[-2], q.shape[-1], q.device, q.dtype)
+        turn = rotate_every_two if self.interleaved else rotate_half
+        return q * cos + turn(q) * sin, k * cos + turn(k) * sin
+
+    def _cos_sin(self, start: int, n: int, d: int, device, dtype) -> tuple[Tensor, Tensor]:
+        # the angles depend on the positions only: computed once, then reused by q and k and by
+        # every layer of the same forward pass (only the last set is kept)
+        key = (start, n, d, device, dtype, torch.is_inference_mode_enabled())
+        if self._last is None or self._last[0] != key:
+            positions = torch.arange(start, start + n, device=device)
+            cos, sin = rope_cos_sin(positions, d, self.base, self.interleaved)
+            self._last = (key, cos.to(dtype), sin.to(dtype))
+        return self._last[1], self._last[2]
 
 
 class ALiBi(PositionalEncoding):
