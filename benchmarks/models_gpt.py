@@ -1,7 +1,7 @@
 """coursekit's GPT against Hugging Face's GPT2LMHeadModel on the same weights.
 
-Two measurements, side by side in one run (interleaved rounds, best of each, so that a busy
-moment does not decide a ratio):
+Two measurements, side by side in one run (interleaved rounds, best of each, at least a second
+of each, so that a busy moment does not decide a ratio):
 - forward + backward time of a training step (cross-entropy on random tokens), coursekit / HF,
   at the book's sizes and at GPT-2 small's configuration (goal: ≤ 1.0);
 - greedy generation with the KV cache, tokens per second, coursekit / ``generate(use_cache=True)``
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,35 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def paired_best(fns: dict, device: str, rounds: int = 5,
+                min_seconds: float = 1.0) -> tuple[dict, dict]:
+    """Best time of each callable in ``fns`` (name -> fn), run in interleaved rounds whose order
+    alternates, after one warm-up round: at least ``rounds`` rounds, and more (up to 200) until
+    each has run for ``min_seconds``, so that a step of a few milliseconds is timed as many times
+    as it takes for a busy moment not to decide the ratio. -> (best seconds, last return value),
+    each by name."""
+    best, result = {key: float("inf") for key in fns}, {}
+    spent = {key: 0.0 for key in fns}
+    r = 0
+    while r <= rounds or (min(spent.values()) < min_seconds and r <= 200):
+        for key, fn in list(fns.items())[:: 1 if r % 2 else -1]:
+            _sync(device)
+            start = time.perf_counter()
+            result[key] = fn()
+            _sync(device)
+            if r:  # round 0 warms up
+                elapsed = time.perf_counter() - start
+                best[key], spent[key] = min(best[key], elapsed), spent[key] + elapsed
+        r += 1
+    return best, result
+
+
+def _hf_generate(model, prompt, n_new: int):
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
+                              use_cache=True, pad_token_id=0, attention_mask=torch.ones_like(prompt))
+
+
 def _train_step(model, ids, hf: bool) -> None:
     logits = model(ids).logits if hf else model(ids)[0]
     loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
@@ -41,7 +71,7 @@ def _train_step(model, ids, hf: bool) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 5,
+def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 10,
             new_tokens: int = 64) -> list[dict]:
     rows = []
     for name, (V, d, H, L, P, B, N) in (configs or CONFIGS).items():
@@ -50,33 +80,14 @@ def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 5,
         theirs = gpt_to_hf(ours.cpu()).to(device)
         ours.to(device).train(), theirs.train()
         ids = torch.randint(V, (B, N), device=device)
-        best = {"ours": float("inf"), "hf": float("inf")}
-        for r in range(rounds + 1):  # the first round warms up; the order alternates
-            for key, model in (("ours", ours), ("hf", theirs))[:: 1 if r % 2 else -1]:
-                _sync(device)
-                start = time.perf_counter()
-                _train_step(model, ids, key == "hf")
-                _sync(device)
-                if r:
-                    best[key] = min(best[key], time.perf_counter() - start)
+        best, _ = paired_best({"ours": partial(_train_step, ours, ids, False),
+                               "hf": partial(_train_step, theirs, ids, True)}, device, rounds)
         ours.eval(), theirs.eval()
         prompt = torch.randint(V, (1, 8), device=device)
         n_new = min(new_tokens, P - 8)
-        gen = {"ours": float("inf"), "hf": float("inf")}
-        for r in range(rounds + 1):
-            for key in ("ours", "hf")[:: 1 if r % 2 else -1]:
-                _sync(device)
-                start = time.perf_counter()
-                if key == "ours":
-                    out_ours = greedy(ours, prompt, n_new)
-                else:
-                    with torch.no_grad():
-                        out_hf = theirs.generate(prompt, max_new_tokens=n_new, min_new_tokens=n_new,
-                                                 do_sample=False, use_cache=True, pad_token_id=0,
-                                                 attention_mask=torch.ones_like(prompt))
-                _sync(device)
-                if r:
-                    gen[key] = min(gen[key], time.perf_counter() - start)
+        gen, out = paired_best({"ours": partial(greedy, ours, prompt, n_new),
+                                "hf": partial(_hf_generate, theirs, prompt, n_new)}, device, rounds)
+        out_ours, out_hf = out["ours"], out["hf"]
         same = torch.equal(out_ours, out_hf)
         rows.append({"config": name, "B x N": f"{B}x{N}",
                      "parameters": sum(p.numel() for p in ours.parameters()),
@@ -101,7 +112,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     for i, name in enumerate(args.configs):  # one row at a time: GPT-2 small is slow on a CPU
         print_table(measure(args.device, {name: CONFIGS[name]}, args.rounds), header=i == 0)

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
+from functools import partial
 
 import torch
-from models_gpt import _sync, _train_step  # benchmarks/ is on the path: the same step and timer
+from models_gpt import (  # benchmarks/ is on the path: the same step and timer
+    _hf_generate,
+    _train_step,
+    paired_best,
+)
 
 from coursekit.decoding import greedy
 from coursekit.models.llama import Llama, to_hf
@@ -30,7 +34,7 @@ CONFIGS = {  # name: (vocab, d_model, n_heads, n_kv_heads, n_layers, d_ff, batch
 }
 
 
-def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 5,
+def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 10,
             new_tokens: int = 64) -> list[dict]:
     rows = []
     for name, (V, d, H, H_kv, L, d_ff, B, N) in (configs or CONFIGS).items():
@@ -39,33 +43,14 @@ def measure(device: str = "cpu", configs: dict | None = None, rounds: int = 5,
         theirs = to_hf(ours).to(device)
         ours.to(device).train(), theirs.train()
         ids = torch.randint(V, (B, N), device=device)
-        best = {"ours": float("inf"), "hf": float("inf")}
-        for r in range(rounds + 1):  # the first round warms up; the order alternates
-            for key, model in (("ours", ours), ("hf", theirs))[:: 1 if r % 2 else -1]:
-                _sync(device)
-                start = time.perf_counter()
-                _train_step(model, ids, key == "hf")
-                _sync(device)
-                if r:
-                    best[key] = min(best[key], time.perf_counter() - start)
+        best, _ = paired_best({"ours": partial(_train_step, ours, ids, False),
+                               "hf": partial(_train_step, theirs, ids, True)}, device, rounds)
         ours.eval(), theirs.eval()
         prompt = torch.randint(V, (1, 8), device=device)
-        gen = {"ours": float("inf"), "hf": float("inf")}
-        for r in range(rounds + 1):
-            for key in ("ours", "hf")[:: 1 if r % 2 else -1]:
-                _sync(device)
-                start = time.perf_counter()
-                if key == "ours":
-                    out_ours = greedy(ours, prompt, new_tokens)
-                else:
-                    with torch.no_grad():
-                        out_hf = theirs.generate(prompt, max_new_tokens=new_tokens,
-                                                 min_new_tokens=new_tokens, do_sample=False,
-                                                 use_cache=True, pad_token_id=0,
-                                                 attention_mask=torch.ones_like(prompt))
-                _sync(device)
-                if r:
-                    gen[key] = min(gen[key], time.perf_counter() - start)
+        gen, out = paired_best({"ours": partial(greedy, ours, prompt, new_tokens),
+                                "hf": partial(_hf_generate, theirs, prompt, new_tokens)},
+                               device, rounds)
+        out_ours, out_hf = out["ours"], out["hf"]
         rows.append({"config": name, "B x N": f"{B}x{N}",
                      "parameters": sum(p.numel() for p in ours.parameters()),
                      "fwd+bwd ms ours": 1e3 * best["ours"], "fwd+bwd ms hf": 1e3 * best["hf"],
@@ -91,7 +76,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     for i, name in enumerate(args.configs):
         print_table(measure(args.device, {name: CONFIGS[name]}, args.rounds), header=i == 0)

@@ -41,6 +41,17 @@ def _median_time(fn, rounds: int = 3, min_run_time: float = 0.3) -> float:
                              for _ in range(rounds))
 
 
+def _paired_median(fn_a, fn_b, rounds: int = 7, min_run_time: float = 0.3) -> tuple[float, float]:
+    """Medians over ``rounds`` interleaved blocks (a, b, b, a, ...), so that a slow spell of the
+    machine falls on both alike: a few-millisecond layer is otherwise at the mercy of one block."""
+    times: dict = {fn_a: [], fn_b: []}
+    for r in range(rounds):
+        for fn in (fn_a, fn_b)[:: 1 if r % 2 else -1]:
+            timer = Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+            times[fn].append(timer.blocked_autorange(min_run_time=min_run_time).median)
+    return statistics.median(times[fn_a]), statistics.median(times[fn_b])
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -78,7 +89,7 @@ def measure(device: str = "cpu") -> list[dict]:
 
     with torch.no_grad():
         max_diff = (ours(x) - theirs(x)).abs().max().item()
-    t_ours, t_theirs = _median_time(step(ours)), _median_time(step(theirs))
+    t_ours, t_theirs = _paired_median(step(ours), step(theirs))
     rows.append(dict(what="LoRA layer fwd+bwd (d=768, r=8)", ours_ms=t_ours * 1e3,
                      theirs_ms=t_theirs * 1e3, ratio=t_ours / t_theirs,
                      note=f"max |coursekit - peft| {max_diff:.1e}"))

@@ -189,7 +189,11 @@ def models_part(results: dict, source: str) -> list[str]:
              "Each model of Chapters 7–9 loaded with the same weights into coursekit and into the "
              "Hugging Face implementation (peft and bitsandbytes for Chapter 9), timed side by side "
              "in interleaved rounds (`benchmarks/models_*.py`). A ratio above 1 means coursekit is "
-             "slower.", "",
+             "slower. On the shared 2-core CPU one run differs from the next: on 2026-12-02 the "
+             "Llama's training-step ratio ranged 0.92–1.14 over six runs at the book's size and "
+             "0.61–1.37 over six at TinyLlama's width, so a single ratio near 1 is a tie, not a "
+             "ranking. Steps of a few milliseconds are now repeated for at least a second each, "
+             "and the LoRA layer's blocks interleaved, which narrowed the small models' spread.", "",
              *table(["model", "parameters", "batch", "coursekit / Hugging Face, forward + backward",
                      "outputs"], ["---", "---:", "---", "---:", "---"], train)]
     if gen:
