@@ -16,6 +16,7 @@ from coursekit.decoding import (
     beam_search,
     filter_logits,
     greedy,
+    min_p_filter,
     sample,
     sequence_log_prob,
     top_k_filter,
@@ -116,6 +117,30 @@ def test_filters_equal_hugging_face_warpers():
     theirs = TopPLogitsWarper(0.8)(None, TopKLogitsWarper(7)(None, TemperatureLogitsWarper(0.7)(
         None, logits)))
     torch.testing.assert_close(filter_logits(logits, 0.7, 7, 0.8), theirs)
+
+
+def test_min_p_equals_hugging_face_min_p_warper():
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    logits = 3 * torch.randn(6, 40, generator=torch.Generator().manual_seed(0))
+    logits[0] = 0.0                                         # a flat row keeps every token
+    logits[1, 3] = 30.0                                     # a confident row keeps one
+    for min_p in (0.0, 0.01, 0.1, 0.5, 1.0):
+        ours = min_p_filter(logits, min_p)
+        torch.testing.assert_close(ours, MinPLogitsWarper(min_p)(None, logits))
+        assert (ours > float("-inf")).sum(-1).min() >= 1     # the top token always passes
+    assert (min_p_filter(logits, 0.5)[0] > float("-inf")).all()
+    assert (min_p_filter(logits, 0.1)[1] > float("-inf")).sum() == 1
+    untied = logits[2:]                                     # top-p may keep either of two tied tokens
+    theirs = MinPLogitsWarper(0.1)(None, TopPLogitsWarper(0.9)(None, TemperatureLogitsWarper(1.5)(
+        None, untied)))                                     # generate's order: τ, top-p, min-p
+    torch.testing.assert_close(filter_logits(untied, 1.5, top_p=0.9, min_p=0.1), theirs)
+    with pytest.raises(ValueError, match="min_p"):
+        min_p_filter(logits, 1.5)
 
 
 def test_sampling_is_the_same_with_and_without_the_cache():

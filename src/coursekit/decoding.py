@@ -1,4 +1,5 @@
-"""Generating text from a causal language model: greedy, sampling (temperature, top-k, top-p), beam search.
+"""Generating text from a causal language model: greedy, sampling (temperature, top-k, top-p,
+min-p), beam search.
 
 Every function takes a model called as ``model(ids, caches=caches) -> (logits (B, N, V), ...)``
 with one :class:`coursekit.attention.KVCache` per entry of ``model.blocks``, as
@@ -10,13 +11,15 @@ O(t) positions of work in every layer (and attention O(t²)). With a cache, each
 keys and values it has computed, and step t runs the model on the one new token only.
 
 The filters act on the logits z (..., V) of the next token and return logits, with -inf where a
-token may not be drawn, so that they compose (temperature, then top-k, then top-p, as Hugging
-Face's ``generate`` applies them):
+token may not be drawn, so that they compose (temperature, then top-k, then top-p, then min-p,
+as Hugging Face's ``generate`` applies them):
 
 - temperature τ: softmax(z / τ); τ → 0 is greedy, τ = 1 the model's distribution, τ > 1 flatter;
 - top-k: keep the k most probable tokens;
 - top-p (nucleus, Holtzman et al. 2020): keep the smallest set of most probable tokens whose
-  probabilities sum to at least p.
+  probabilities sum to at least p;
+- min-p (Nguyen et al. 2025): keep the tokens whose probability is at least p_min times the most
+  probable token's, a cut that follows the model's confidence.
 
 Beam search ranks whole sequences by their log-probability, a sum of negative terms: every
 token a beam still has to write lowers its score, so a beam that ends early (``<eos>``) beats a
@@ -94,9 +97,23 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
+    """Keep the tokens whose probability is at least ``min_p`` times the largest of its row.
+
+    logits: (..., V) -> (..., V), -inf for the rest. The most probable token always passes;
+    min_p = 0 keeps every token. A confident row (one token near 1) keeps little; a flat row
+    keeps many.
+    """
+    if not 0.0 <= min_p <= 1.0:
+        raise ValueError(f"min_p={min_p}: must be in [0, 1]")
+    probs = logits.softmax(dim=-1)
+    return logits.masked_fill(probs < min_p * probs.amax(dim=-1, keepdim=True), float("-inf"))
+
+
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0,
-                  top_p: float = 1.0) -> Tensor:
-    """Temperature, then top-k, then top-p: the logits (..., V) the next token is drawn from."""
+                  top_p: float = 1.0, min_p: float = 0.0) -> Tensor:
+    """Temperature, then top-k, then top-p, then min-p: the logits (..., V) the next token is
+    drawn from."""
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: must be > 0 (use greedy for τ → 0)")
     logits = logits / temperature
@@ -104,21 +121,23 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0,
         logits = top_k_filter(logits, top_k)
     if top_p < 1.0:
         logits = top_p_filter(logits, top_p)
+    if min_p > 0.0:
+        logits = min_p_filter(logits, min_p)
     return logits
 
 
 @torch.no_grad()
 def sample(model: nn.Module, ids: Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
-           use_cache: bool = True, eos_id: int | None = None) -> Tensor:
+           use_cache: bool = True, eos_id: int | None = None, min_p: float = 0.0) -> Tensor:
     """Draw up to ``max_new_tokens`` tokens after the prompt ids (B, N) -> (B, N + new).
 
-    Each step draws from softmax(filter_logits(z, temperature, top_k, top_p)); ``generator``
+    Each step draws from softmax(filter_logits(z, temperature, top_k, top_p, min_p)); ``generator``
     makes the draws reproducible (the same generator state gives the same text).
     """
 
     def choose(z: Tensor) -> Tensor:
-        probs = filter_logits(z.float(), temperature, top_k, top_p).softmax(dim=-1)
+        probs = filter_logits(z.float(), temperature, top_k, top_p, min_p).softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
     return _generate(model, ids, max_new_tokens, use_cache, choose, eos_id)

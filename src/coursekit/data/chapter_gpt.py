@@ -77,8 +77,8 @@ def pretrain(bpe: BPE, train_ids: Tensor,
 def acceptance(model: torch.nn.Module, bpe: BPE, n: int = 200, seed: int = 0,
                **rule) -> tuple[float, int]:
     """Sample n sentences from ``<bos>`` (at most 40 tokens) with a decoding rule of
-    :func:`coursekit.decoding.sample` (``temperature``, ``top_k``, ``top_p``) -> (the share the
-    grammar accepts, the number of different sentences among the accepted ones)."""
+    :func:`coursekit.decoding.sample` (``temperature``, ``top_k``, ``top_p``, ``min_p``) -> (the
+    share the grammar accepts, the number of different sentences among the accepted ones)."""
     from coursekit.decoding import sample
 
     start = torch.full((n, 1), bpe.bos_id)
