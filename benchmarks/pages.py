@@ -160,6 +160,8 @@ def _model_rows(models: dict) -> tuple[list[list[str]], list[list[str]], list[li
                       "same tokens" if r.get("same tokens") else "tokens differ"])
         gen.append([name, fmt(r["gen speed ratio"]), "yes" if r.get("same tokens") else "no"])
     for r in models.get("models_llama", []):
+        if r.get("kind") == "kv":  # the H_kv rows: kv_part
+            continue
         name = f"Llama (LlamaForCausalLM), {r['config']}"
         train.append([name, count(r["parameters"]), batch(r["B x N"]), fmt(r["fwd+bwd ratio"]),
                       "same tokens" if r.get("same tokens") else "tokens differ"])
@@ -201,6 +203,24 @@ def models_part(results: dict, source: str) -> list[str]:
                   "(a ratio above 1 means coursekit is faster here):", "",
                   *table(["model", "coursekit / Hugging Face, generation speed", "same tokens"],
                          ["---", "---:", "---"], gen)]
+    kv = [r for r in results["models"].get("models_llama", []) if r.get("kind") == "kv"]
+    if kv:
+        lines += ["Chapter 7h's decoder at the wider book size (d_model = 256, 8 query heads, 4 layers), "
+                  "with 8, 2 and 1 key/value heads: the KV cache per token (all layers, float32, "
+                  "measured on the cache after a 128-token prompt), and greedy generation of 64 "
+                  "tokens with the cache, without it, and with Hugging Face's `generate` on the same "
+                  "weights:", "",
+                  *table(["key/value heads", "cache per token (bytes)", "tokens/s, cache",
+                          "tokens/s, no cache", "tokens/s, Hugging Face", "same tokens"],
+                         ["---:", "---:", "---:", "---:", "---:", "---"],
+                         [[f"{r['H_kv']} of {r['H']}", f"{r['cache bytes per token']:,.0f}",
+                           f"{r['gen tok/s cache']:.0f}", f"{r['gen tok/s no cache']:.0f}",
+                           f"{r['gen tok/s hf']:.0f}", "yes" if r["same tokens"] else "no"]
+                          for r in kv]),
+                  "The cache shrinks in proportion to the key/value heads, byte for byte as counted "
+                  "(2 · H_kv · d_head numbers per layer and token). At this size the speeds do not "
+                  "follow the head count: fewer key/value heads save memory here, not visible time.",
+                  ""]
     if other:
         lines += ["Chapter 9's layers against peft and bitsandbytes (a ratio above 1 means "
                   "coursekit is slower):", "",
