@@ -73,8 +73,8 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
 
 
 class RMSNorm(nn.Module):
-    """y = x / √(mean(x²) + ε) · γ: LayerNorm without the mean and without β (Zhang & Sennrich,
-    2019). T5 calls it ``T5LayerNorm`` (ε = 1e-6), Llama ``LlamaRMSNorm``; ``nn.RMSNorm``
+    """y = x / √(mean(x²) + ε) · γ: LayerNorm without the mean and without the shift δ (Zhang &
+    Sennrich, 2019). T5 calls it ``T5LayerNorm`` (ε = 1e-6), Llama ``LlamaRMSNorm``; ``nn.RMSNorm``
     computes the same. x: (..., d_model)."""
 
     def __init__(self, d_model: int, eps: float = 1e-6) -> None:

@@ -157,7 +157,7 @@ def answer(task: str, x: Sequence[str], sentences: Sequence[Sentence] = ()
     """The answer of ``task`` for the content ``x``, or None where the task does not apply to it:
     a word task on anything but one noun, ``plural`` of a plural or ``singular`` of a singular
     noun, a sentence task on a sentence not in ``sentences``. Asking one task's content in
-    another task's frame (notebook 07c) needs both tasks' answers."""
+    another task's frame (notebook 07g) needs both tasks' answers."""
     x = tuple(x)
     if task in ("plural", "singular", "category"):
         if len(x) != 1 or x[0] not in noun_info():

@@ -2,7 +2,7 @@
 
 The blocks are Chapter 6's :class:`~coursekit.transformer.EncoderBlock` and
 :class:`~coursekit.transformer.DecoderBlock`, Pre-LN, with T5's five departures from the 2017
-Transformer (the table of notebook 07c)::
+Transformer (the table of notebook 07g)::
 
     x = x + MHA(RMSNorm(x))       # 1. RMSNorm: no mean, no shift δ, ε = 1e-6 (T5LayerNorm)
     x = x + FFN(RMSNorm(x))       # 2. W₂ ReLU(W₁ x): no biases anywhere

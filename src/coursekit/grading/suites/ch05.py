@@ -67,14 +67,14 @@ def _pair_observation(pair_of, pair_0: str, what: str):
 
 
 def gptj_sinusoidal_positions(num_pos, dim):
-    """GPT-J's table: (N, dim), sin(pos·ω_i) in the first half and cos(pos·ω_i) in the second."""
+    """GPT-J's table: (N, dim), sin(pos·ω_f) in the first half and cos(pos·ω_f) in the second."""
     inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
     sinusoid_inp = torch.arange(num_pos, dtype=torch.int64).float()[:, None] * inv_freq
     return torch.cat((torch.sin(sinusoid_inp), torch.cos(sinusoid_inp)), dim=1)
 
 
 def reference_sinusoidal(n_positions, d_model):
-    """The paper's layout: feature 2i = sin, feature 2i+1 = cos of the same angle."""
+    """The paper's layout: feature 2f = sin, feature 2f+1 = cos of the same angle."""
     table = gptj_sinusoidal_positions(n_positions, d_model)
     order = torch.stack([torch.arange(d_model // 2), torch.arange(d_model // 2) + d_model // 2], -1)
     return table[:, order.flatten()]
@@ -95,7 +95,7 @@ def _sinusoidal_variant(*, swap=False, concat=False, exponent="2i", first=0, mul
 
 
 def _sinusoidal_feature_index(n_positions, d_model):
-    """Every feature j uses 10000^(j/d): right for the sines (j = 2i), wrong for the cosines."""
+    """Every feature j uses 10000^(j/d): right for the sines (j = 2f), wrong for the cosines."""
     pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
     j = torch.arange(d_model, dtype=torch.float32)
     angles = pos / 10000.0 ** (j / d_model)
@@ -333,7 +333,7 @@ SUITES = [
         solution=positional.sinusoidal_encoding,
         cases=SINUSOIDAL_CASES,
         atol=1e-4,
-        hint="PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)), "
+        hint="PE[pos, 2f] = sin(pos / 10000^(2f/d)), PE[pos, 2f+1] = cos(pos / 10000^(2f/d)), "
              "pos = 0..N-1.",
         observe=_pair_observation(_sinusoidal_pair, "features 0 and 1", "table"),
         readings=(
@@ -349,23 +349,23 @@ SUITES = [
         ),
         mutants=[
             Mutant("sin and cos swapped", _sinusoidal_variant(swap=True),
-                   "Your sines and cosines are swapped: the even features 2i hold "
-                   "sin(pos·ω_i), the odd features 2i+1 hold cos(pos·ω_i)."),
+                   "Your sines and cosines are swapped: the even features 2f hold "
+                   "sin(pos·ω_f), the odd features 2f+1 hold cos(pos·ω_f)."),
             Mutant("sin | cos concatenated, not interleaved", _sinusoidal_variant(concat=True),
                    "Your table puts all the sines first and all the cosines after (sin | cos). "
-                   "The paper interleaves them: feature 2i = sin, feature 2i+1 = cos of the same "
+                   "The paper interleaves them: feature 2f = sin, feature 2f+1 = cos of the same "
                    "angle, e.g. pe[:, 0::2] = sin, pe[:, 1::2] = cos."),
             Mutant("exponent i/d instead of 2i/d", _sinusoidal_variant(exponent="i"),
-                   "Your frequencies decay too slowly: the exponent is 2i/d_model, where i counts "
+                   "Your frequencies decay too slowly: the exponent is 2f/d_model, where f counts "
                    "the sin/cos pairs (i = 0..d/2-1), not i/d_model."),
             Mutant("exponent from the feature index", _sinusoidal_feature_index,
-                   "Your cosine features use their own index 2i+1 in the exponent. A sin/cos pair "
-                   "shares one frequency: both features 2i and 2i+1 use 10000^(2i/d_model)."),
+                   "Your cosine features use their own index 2f+1 in the exponent. A sin/cos pair "
+                   "shares one frequency: both features 2f and 2f+1 use 10000^(2f/d_model)."),
             Mutant("positions start at 1", _sinusoidal_variant(first=1),
                    "Positions start at 0: the first row is sin(0) = 0 and cos(0) = 1."),
             Mutant("multiplied by the power", _sinusoidal_variant(multiply=True),
-                   "You multiply pos by 10000^(2i/d); divide by it: the angular frequency "
-                   "ω_i = 1/10000^(2i/d) falls from 1 to about 1/10000."),
+                   "You multiply pos by 10000^(2f/d); divide by it: the angular frequency "
+                   "ω_f = 1/10000^(2f/d) falls from 1 to about 1/10000."),
         ],
     ),
     Suite(
@@ -459,15 +459,15 @@ SUITES = [
         mutants=[
             Mutant("interleaved pairs (the other convention)", _rope_variant(pairs="every_two",
                                                                              freqs="interleave"),
-                   "You rotate adjacent pairs (x[2i], x[2i+1]), the RoPE paper's convention. This "
-                   "exercise, like Hugging Face Llama, pairs feature i with feature i + d/2: "
+                   "You rotate adjacent pairs (x[2f], x[2f+1]), the RoPE paper's convention. This "
+                   "exercise, like Hugging Face Llama, pairs feature f with feature f + d/2: "
                    "rotate_half and angles cat(θ, θ)."),
             Mutant("pairs mixed: rotate_half with interleaved angles", _rope_variant(freqs="interleave"),
-                   "You mix the two conventions: rotate_half pairs x[i] with x[i + d/2], so both "
+                   "You mix the two conventions: rotate_half pairs x[f] with x[f + d/2], so both "
                    "halves need the same angles, cat(θ, θ), not repeat_interleave(θ, 2)."),
             Mutant("pairs mixed: adjacent pairs with half-split angles",
                    _rope_variant(pairs="every_two"),
-                   "You mix the two conventions: adjacent pairs (x[2i], x[2i+1]) with half-split "
+                   "You mix the two conventions: adjacent pairs (x[2f], x[2f+1]) with half-split "
                    "angles cat(θ, θ). Pair feature i with i + d/2 (rotate_half)."),
             Mutant("rotation by −θ", _rope_variant(sign=-1.0),
                    "You rotate by −mθ: the result is x·cos − rotate_half(x)·sin. With rotate_half(x) "

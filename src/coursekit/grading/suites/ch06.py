@@ -42,7 +42,7 @@ def run_layer_norm(cls, args):
 def _ln_case(shape, eps=1e-5, constant=False, by_hand=False, offset=0.0):
     def make(g):
         d = shape[-1]
-        if by_hand:  # (1, 2, 3, 4): μ = 2.5, σ² = 1.25, γ = 1, β = 0
+        if by_hand:  # (1, 2, 3, 4): μ = 2.5, σ² = 1.25, γ = 1, δ = 0
             return d, eps, torch.ones(d), torch.zeros(d), torch.arange(1.0, d + 1).expand(shape)
         weight = 1 + 0.5 * torch.randn(d, generator=g)
         bias = 0.5 * torch.randn(d, generator=g)
@@ -86,8 +86,8 @@ EPS_HINT = ("ε is the eps argument (self.eps), added to σ² under the square r
             "there.")
 
 LN_CASES = [
-    Case("by hand: one token (1, 2, 3, 4), γ = 1, β = 0", _ln_case((1, 1, 4), by_hand=True)),
-    Case("B=2, N=3, d_model=8, random γ and β", _ln_case((2, 3, 8))),
+    Case("by hand: one token (1, 2, 3, 4), γ = 1, δ = 0", _ln_case((1, 1, 4), by_hand=True)),
+    Case("B=2, N=3, d_model=8, random γ and δ", _ln_case((2, 3, 8))),
     Case("N = d_model = 6", _ln_case((2, 6, 6)),
          hint="Normalise each token over its own d_model features: mean and variance over the "
               "last dimension, not over the positions."),
@@ -499,7 +499,7 @@ SUITES = [
         arg_names=("d_model", "eps", "weight", "bias", "x"),
         cases=LN_CASES,
         hint="For each token: μ = mean of its d_model features, σ² = mean of (x − μ)², "
-             "y = (x − μ) / √(σ² + ε) · γ + β.",
+             "y = (x − μ) / √(σ² + ε) · γ + δ.",
         mutants=[
             Mutant("unbiased variance", _ln_variant(unbiased=True),
                    "You use the unbiased variance (divide by d_model − 1). LayerNorm divides by "
@@ -511,7 +511,7 @@ SUITES = [
                    "You normalise over the wrong axis (the positions). LayerNorm normalises each "
                    "token over its own features: dim=-1."),
             Mutant("no γ and β", _ln_variant(affine=False),
-                   "After normalising, scale and shift by the learned γ (self.weight) and β "
+                   "After normalising, scale and shift by the learned γ (self.weight) and δ "
                    "(self.bias)."),
             Mutant("eps argument ignored", _ln_variant(eps="fixed"),
                    "Your output is what ε = 1e-5 gives whatever eps is passed (this case passes "
@@ -525,7 +525,7 @@ SUITES = [
                    "(x − μ) / √(σ² + ε), with σ² the mean of (x − μ)²."),
         ],
         readings=(
-            # γ = 1 and β = 0 in the hand-made case: a constant factor is the scale's alone
+            # γ = 1 and δ = 0 in the hand-made case: a constant factor is the scale's alone
             (r"is the expected one times \S+, everywhere",
              "So the normalisation's scale is off by a constant factor: σ² is the mean of "
              "(x − μ)² over the d_model features, so its divisor is x.shape[-1] (not "

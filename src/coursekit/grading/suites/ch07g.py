@@ -1,4 +1,4 @@
-"""Chapter 7, T5 notebook (07c) — exercises 07.10 ``span_corruption``, 07.9 ``shift_right`` and 07.8
+"""Chapter 7, T5 notebook (07g) — exercises 07.10 ``span_corruption``, 07.9 ``shift_right`` and 07.8
 ``position_bias``.
 
 The authority is the span-corruption code of Hugging Face's T5 pre-training example
