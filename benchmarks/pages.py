@@ -277,6 +277,29 @@ def grading_part(results: dict, source: str) -> list[str]:
             *table(["measure", "value"], ["---", "---"], rows)]
 
 
+SUITE_COMMAND = ("pytest --junitxml=_build/ci/pytest.xml && python benchmarks/suite_breakdown.py "
+                 "_build/ci/pytest.xml --record benchmarks/results.json")
+
+
+def suite_part(results: dict, source: str) -> list[str]:
+    s = results["suite"]
+    rows = [[r["part"], f"{r['tests']:,}", f"{r['seconds']:,.0f}"] for r in s["parts"]]
+    busy = sum(r["seconds"] for r in s["parts"])
+    rows.append(["sum over both workers", f"{sum(r['tests'] for r in s['parts']):,}", f"{busy:,.0f}"])
+    verdict = (f"{s['tests']:,} tests, {s['failures']} failed, {s['errors']} errors, "
+               f"{s['skipped']} skipped")
+    return ["## The test suite", "",
+            *provenance(measured(results, "suite"),
+                        SUITE_COMMAND if source == "benchmarks/results.json"
+                        else SUITE_COMMAND.replace("benchmarks/results.json", source), source),
+            f"The whole suite as CI runs it (two pytest-xdist workers, the browser required): "
+            f"{s['wall (s)']:,.0f} s of wall time, {verdict}. Where the time goes, summed over "
+            "each part's tests (setup included); the two workers run side by side, so the parts "
+            "add up to more than the wall time. `bash .ci/run` prints the same breakdown, with "
+            "every notebook's time in both editions, after each run.", "",
+            *table(["part", "tests", "seconds"], ["---", "---:", "---:"], rows)]
+
+
 def render_file(results: dict, source: str, chapters_now: list[str] | None,
                 budget: float | None) -> list[str]:
     lines: list[str] = []
@@ -287,6 +310,8 @@ def render_file(results: dict, source: str, chapters_now: list[str] | None,
             lines += render(results, source)
     if results.get("chapters"):
         lines += chapters_part(results, source, chapters_now, budget)
+    if results.get("suite"):
+        lines += suite_part(results, source)
     return lines
 
 
@@ -308,14 +333,12 @@ def render(files: list[tuple[str, dict]], history_url: str, chapters_now: list[s
         lines += render_file(results, name, chapters_now, budget)
         gpu = gpu or any(m.get("gpu") for m in [results.get("machine", {}),
                                                  *results.get("measured", {}).values()])
-    lines += ["## The test suite", "",
-              "No figures in the repository's JSON. `bash .ci/run` prints where the suite's time "
-              "goes (unit, grader, nbval per edition, the book, the browser) and every notebook's "
-              "time in both editions after each run:", "",
-              "```bash",
-              "pytest --junitxml=_build/ci/pytest.xml && "
-              "python benchmarks/suite_breakdown.py _build/ci/pytest.xml",
-              "```", ""]
+    if not any(results.get("suite") for _, results in files):
+        lines += ["## The test suite", "",
+                  "No figures in the repository's JSON. `bash .ci/run` prints where the suite's "
+                  "time goes (unit, grader, nbval per edition, the book, the browser) and every "
+                  "notebook's time in both editions after each run; this keeps them for this page:",
+                  "", "```bash", SUITE_COMMAND, "```", ""]
     if not gpu:
         lines += ["## On a GPU", "",
                   "No current GPU figures: none of the JSON files above was measured on a GPU. The "

@@ -211,3 +211,16 @@ def test_the_site_serves_mathjax_and_everything_its_menu_loads(drafts):
     assert 'window.SREfeature = {json: "../_static/mathjax/sre/mathmaps"};' in page
     assert page.index("window.MathJax = {") < page.index("window.SREfeature")
     assert "SREfeature" not in (site / "genindex.html").read_text(encoding="utf-8")  # no math
+
+
+def test_every_page_offers_a_way_to_report_a_mistake(drafts):
+    """The theme's issue button, from the one repository setting: a new issue naming the page."""
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"]
+    for site in drafts:
+        pages = [p for p in site.rglob("*.html") if "_static" not in p.parts]
+        assert len(pages) > 20, site
+        for page in pages:
+            raw = page.read_text(encoding="utf-8")
+            if 'http-equiv="Refresh"' in raw:  # index.html: a redirect to the first page
+                continue
+            assert f'href="{repo}/issues/new?title=' in raw, f"{page.relative_to(site)}: no issue button"

@@ -37,7 +37,10 @@ def test_the_page_says_where_each_table_comes_from_and_links_the_maintainers_rec
         assert f"`python benchmarks/run.py --only {part}`" in text
         machine = RESULTS["measured"][part]
         assert f"*Measured on {machine['date']}, CPU: {machine['cpus']} cores" in text
-    assert text.count("*Measured on") == 6
+    if "suite" in RESULTS:
+        assert f"`{pages.SUITE_COMMAND}`" in text
+        assert f"*Measured on {RESULTS['measured']['suite']['date']}" in text
+    assert text.count("*Measured on") == 6 + ("suite" in RESULTS)
 
 
 def test_without_json_the_page_has_no_figure_at_all():
@@ -84,7 +87,37 @@ def test_a_gpu_run_is_shown_with_its_device_and_versions(tmp_path):
 def test_a_part_without_its_own_record_says_so():
     legacy = {k: v for k, v in RESULTS.items() if k != "measured"}
     text = pages.render([("benchmarks/results.json", legacy)], URL)
-    assert text.count("*Measured on: not recorded in `benchmarks/results.json`.") == 6
+    assert text.count("*Measured on: not recorded in `benchmarks/results.json`.") == 6 + ("suite" in RESULTS)
+
+
+def test_the_suites_breakdown_is_kept_in_the_json_and_shown_from_it(tmp_path):
+    spec = importlib.util.spec_from_file_location("suite_breakdown",
+                                                  ROOT / "benchmarks" / "suite_breakdown.py")
+    breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(breakdown)
+    xml = tmp_path / "pytest.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="2" tests="5" '
+        'time="1234.5">'
+        '<testcase classname="tests.test_ch03" name="a" time="1.25"/>'
+        '<testcase classname="tests.test_grader_batch" name="b" time="40.5"/>'
+        '<testcase classname="solutions.01_rnn_recap.ipynb" name="Cell 1" time="30.0"/>'
+        '<testcase classname="solutions.01_rnn_recap.ipynb" name="Cell 2" time="7.5"/>'
+        '<testcase classname="notebooks.01_rnn_recap.ipynb" name="Cell 1" time="33.0"/>'
+        "</testsuite></testsuites>", encoding="utf-8")
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"grading": RESULTS["grading"]}), encoding="utf-8")
+    assert breakdown.main([str(xml), "--record", str(out)]) == 0
+    kept = json.loads(out.read_text(encoding="utf-8"))
+    assert kept["grading"] == RESULTS["grading"], "recording the suite keeps the other parts"
+    assert kept["suite"]["notebooks"] == [{"notebook": "01_rnn_recap", "instructor (s)": 37.5,
+                                           "student (s)": 33.0}]
+    text = pages.render([("benchmarks/results.json", kept)], URL)
+    assert "1,234 s of wall time, 5 tests, 1 failed, 0 errors, 2 skipped" in text
+    assert "| grader | 1 | 40 |" in text and "| nbval, instructor edition | 2 | 38 |" in text
+    assert "| sum over both workers | 5 | 112 |" in text
+    assert f"*Measured on {kept['measured']['suite']['date']}" in text
+    assert "No figures in the repository's JSON" not in text
 
 
 def test_the_validation_page_is_current_tables_and_links_the_record():
