@@ -363,7 +363,7 @@ def validation_text(root: Path = ROOT) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="fail if book/performance.md or book/validation.md is out of date")
+                        help="fail if a page or the margins table is out of date")
     parser.add_argument("--record", type=Path, metavar="REPORT",
                         help="keep a coursekit validate report as benchmarks/validation/NAME.json")
     parser.add_argument("--as", dest="name", help="the kept report's name (with --record)")
@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--record needs --as NAME")
         kept = validation_page.record(args.record, args.name)
         print(f"kept {kept.relative_to(ROOT)}")
-    pages = [(PAGE, page_text()), (validation_page.PAGE, validation_text())]
+    pages = [(PAGE, page_text()), (validation_page.PAGE, validation_text()),
+             (validation_page.MARGINS, validation_page.margins_file_text(ROOT))]
     if args.check:
         stale = [page for page, text in pages if page.read_text(encoding="utf-8") != text]
         for page in stale:

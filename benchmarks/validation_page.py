@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,19 +24,17 @@ GENERATED = ("% Written by `python benchmarks/pages.py` from the reports in `ben
              "record a run there, never edit this page.")
 EDITION_NAMES = {"instructor": "instructor", "student": "student"}
 LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes")
-TIGHTEST = 12  # assertions listed on the page; the rest are in the JSON
+TIGHTEST = 12  # assertions listed on the page; the rest are in MARGINS
+MARGINS = ROOT / FOLDER / "margins.md"  # every assertion, pooled over runs of the current code
+FRESH = 1000  # seeds from here up are fresh draws (`--seeds random:N`); below, tuning seeds
+EDITION_DIRS = {"instructor": "solutions", "student": "notebooks"}
 
 
 def report_files(root: Path = ROOT) -> list[Path]:
     return sorted((root / FOLDER).glob("*.json"))
 
 
-def _tight(row: dict, seeds: int = 5) -> bool:
-    spread = row["max_margin"] - row["min_margin"]
-    return len(row["seeds"]) >= seeds and (row["min_margin"] < 0 or row["min_margin"] < 0.1 * spread)
-
-
-def compact(report: dict, name: str, modified: float | None = None) -> dict:
+def compact(report: dict, name: str, modified: float | None = None, root: Path = ROOT) -> dict:
     """What the page and a maintainer need from a report, without its local paths: the run's
     setting, each notebook run's verdict, seconds and the last line of its failure, and each
     assertion's margin under every seed with the values at the tightest."""
@@ -45,7 +44,9 @@ def compact(report: dict, name: str, modified: float | None = None) -> dict:
         failure = (run.get("failure") or "").strip().splitlines()
         runs.append({key: run[key] for key in ("notebook", "edition", "seed", "seconds",
                                                "cells_passed", "cells_failed", "cells_skipped")}
-                    | {"ok": run["ok"], "failure": failure[-1][:300] if failure else ""})
+                    | {"ok": run["ok"], "failure": failure[-1][:300] if failure else "",
+                       "code_digest": run.get("code_digest")
+                       or digest_at(report.get("commit"), run["notebook"], run["edition"], root)})
     margins = []
     for row in report.get("margins", []):
         per_seed = {seed: round(v["margin"], 6) for seed, v in row["per_seed"].items()}
@@ -60,11 +61,34 @@ def compact(report: dict, name: str, modified: float | None = None) -> dict:
         "runs": runs, "margins": margins}
 
 
+def digest_at(commit: str | None, notebook: str, edition: str, root: Path = ROOT) -> str | None:
+    """The code digest of a notebook at a commit, for reports written before runs recorded it;
+    None where git cannot say (no commit, or a commit with uncommitted changes to notebooks)."""
+    from coursekit.validate import code_digest_of
+
+    if not commit:
+        return None
+    path = f"{EDITION_DIRS[edition]}/{notebook}.ipynb"
+    head = commit.rstrip("+")
+    try:
+        if commit.endswith("+"):  # the tree had changes: only a notebook unchanged since counts
+            changed = subprocess.run(["git", "diff", "--quiet", head, "--", path], cwd=root,
+                                     capture_output=True, timeout=30)
+            if changed.returncode != 0:
+                return None
+        text = subprocess.run(["git", "show", f"{head}:{path}"], cwd=root, capture_output=True,
+                              text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return code_digest_of(text)
+
+
 def record(report_path: Path, name: str, root: Path = ROOT) -> Path:
     report = json.loads(report_path.read_text(encoding="utf-8"))
     out = root / FOLDER / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(dumps(compact(report, name, os.path.getmtime(report_path))), encoding="utf-8")
+    out.write_text(dumps(compact(report, name, os.path.getmtime(report_path), root)),
+                   encoding="utf-8")
     return out
 
 
@@ -170,38 +194,6 @@ def failure_lines(reports: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
-def tightest_rows(reports: list[tuple[str, dict]], seeds: int = 5) -> list[str]:
-    """The assertions closest to failing over runs of ``seeds`` or more draws (one draw says
-    nothing of the spread): those whose smallest margin is under a tenth of their spread first
-    (‡), then the smallest margins relative to the compared value; each assertion once per run,
-    at its tightest edition."""
-    rows = {}
-    for _, r in reports:
-        for m in r["margins"]:
-            if len(m["seeds"]) < seeds:
-                continue
-            values = [abs(v) for v in m["values_at_smallest"] if isinstance(v, (int, float))]
-            scale = max(values) if values and max(values) > 0 else 1.0
-            row = (not _tight(m, seeds), m["min_margin"] / scale, r["name"], m)
-            key = (r["name"], m["notebook"], m["assert"])
-            if key not in rows or row[:2] < rows[key][:2]:
-                rows[key] = row
-    if not rows:
-        return [f"No kept report has an assertion under {seeds} or more seeds yet."]
-    lines = ["| run | notebook | assertion | seeds | smallest margin | mean margin | spread | "
-             "values at the smallest |", "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
-    for flag, _, name, m in sorted(rows.values(), key=lambda row: row[:2])[:TIGHTEST]:
-        text = m["assert"].replace("|", "\\|")
-        shown = " ".join(f"{v:.4g}" if isinstance(v, (int, float)) else "?"
-                         for v in m["values_at_smallest"])
-        spread = m["max_margin"] - m["min_margin"]
-        mean = sum(m["margin_per_seed"].values()) / len(m["margin_per_seed"])
-        lines.append(f"| `{name}` | {m['notebook']} | `{text}` | {len(m['seeds'])} | "
-                     f"{m['min_margin']:.4g}{'' if flag else ' ‡'} | {mean:.4g} | {spread:.4g} | "
-                     f"{shown} |")
-    return lines
-
-
 def never_run(reports: list[tuple[str, dict]], notebooks: list[str]) -> list[str]:
     """Kinds of run no kept report covers, for the notebooks as they are now."""
     done = {(r["profile"], "gpu" if "cuda" in r["device"].lower() or "gpu" in r["device"].lower()
@@ -221,7 +213,111 @@ def never_run(reports: list[tuple[str, dict]], notebooks: list[str]) -> list[str
     return lines
 
 
-def render(reports: list[tuple[str, dict]], notebooks: list[str], url=lambda path: path) -> str:
+# ---------------------------------------------------------------------------------------------
+# every assertion, pooled over the kept reports
+
+
+def current_digests(root: Path = ROOT) -> dict[tuple[str, str], str]:
+    """(notebook, edition) -> the code digest of the notebook as it is now."""
+    from coursekit.validate import code_digest
+
+    return {(path.stem, edition): code_digest(path) for edition, folder in EDITION_DIRS.items()
+            for path in sorted((root / folder).glob("*.ipynb"))}
+
+
+def pooled_margins(reports: list[tuple[str, dict]],
+                   current: dict[tuple[str, str], str] | None = None) -> list[dict]:
+    """Per (notebook, assertion): its margin under every draw of every kept report, both
+    editions, split into tuning seeds (below FRESH) and fresh draws; with ``current`` (code
+    digests), only the runs of a notebook's current code. A draw held when its margin is
+    positive, or zero in a run that passed."""
+    rows: dict[tuple[str, str], dict] = {}
+    for _, r in reports:
+        runs = {(run["notebook"], run["edition"], str(run["seed"])): run for run in r["runs"]}
+        for m in r["margins"]:
+            row = None
+            for seed, margin in m["margin_per_seed"].items():
+                run = runs.get((m["notebook"], m["edition"], seed), {})
+                if current is not None and (not run.get("code_digest") or run["code_digest"]
+                                            != current.get((m["notebook"], m["edition"]))):
+                    continue
+                row = row or rows.setdefault((m["notebook"], m["assert"]), {
+                    "notebook": m["notebook"], "assert": m["assert"], "tuning": [], "fresh": [],
+                    "smallest": None, "values_at_smallest": None})
+                held = margin > 0 or (margin == 0 and run.get("ok", False))
+                row["fresh" if int(seed) >= FRESH else "tuning"].append(
+                    {"run": r["name"], "edition": m["edition"], "seed": int(seed), "margin": margin,
+                     "held": held})
+                if row["smallest"] is None or margin < row["smallest"]:  # a report keeps the
+                    row["smallest"] = margin                            # values at its tightest
+                    row["values_at_smallest"] = (m["values_at_smallest"] if margin == m["min_margin"]
+                                                 else None)
+    out = []
+    for row in rows.values():
+        every = [d["margin"] for d in row["tuning"] + row["fresh"]]
+        tuning = [d["margin"] for d in row["tuning"]]
+        row |= {"draws": len(every), "spread": max(every) - min(every),
+                "tuning_mean": sum(tuning) / len(tuning) if tuning else None,
+                "tuning_spread": max(tuning) - min(tuning) if tuning else None,
+                "tuning_seeds": sorted({d["seed"] for d in row["tuning"]}),
+                "fresh_held": sum(d["held"] for d in row["fresh"]), "fresh_draws": len(row["fresh"])}
+        row["tight"] = row["smallest"] < 0 or row["smallest"] < 0.1 * row["spread"]
+        out.append(row)
+    return out
+
+
+def _relative(row: dict) -> float:
+    values = [abs(v) for v in row["values_at_smallest"] or [] if isinstance(v, (int, float))]
+    return row["smallest"] / (max(values) if values and max(values) > 0 else 1.0)
+
+
+def _margin_row(row: dict, with_notebook: bool = True) -> str:
+    text = row["assert"].replace("|", "\\|")
+    shown = " ".join(f"{v:.4g}" if isinstance(v, (int, float)) else "?"
+                     for v in row["values_at_smallest"] or []) or "–"
+    mean = "–" if row["tuning_mean"] is None else f"{row['tuning_mean']:.4g}"
+    spread = "–" if row["tuning_spread"] is None else f"{row['tuning_spread']:.4g}"
+    fresh = f"{row['fresh_held']} of {row['fresh_draws']}" if row["fresh_draws"] else "–"
+    first = f"| {row['notebook']} " if with_notebook else ""
+    return (f"{first}| `{text}` | {len(row['tuning'])} | {mean} | {spread} | {fresh} | "
+            f"{row['smallest']:.4g}{' ‡' if row['tight'] else ''} | {shown} |")
+
+
+MARGIN_HEAD = ["| notebook | assertion | tuning draws | mean margin, tuning | spread, tuning | "
+               "fresh draws held | smallest margin, all draws | values at the smallest |",
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+
+
+def tightest_rows(rows: list[dict], count: int = TIGHTEST, draws: int = 5) -> list[str]:
+    """The assertions closest to failing among those with ``draws`` or more draws: those whose
+    smallest margin is under a tenth of their spread first (‡), then the smallest margins
+    relative to the compared values."""
+    rows = [row for row in rows if row["draws"] >= draws]
+    if not rows:
+        return [f"No kept report gives an assertion {draws} or more draws yet."]
+    rows.sort(key=lambda row: (not row["tight"], _relative(row)))
+    return MARGIN_HEAD + [_margin_row(row) for row in rows[:count]]
+
+
+def margins_text(reports: list[tuple[str, dict]], current: dict[tuple[str, str], str] | None) -> str:
+    """benchmarks/validation/margins.md: every current assertion, pooled over the kept reports."""
+    rows = sorted(pooled_margins(reports, current), key=lambda r: (r["notebook"], r["assert"]))
+    lines = ["# Every assertion's margins, over the kept reports", "",
+             "<!-- Written by `python benchmarks/pages.py` from the reports beside this file: "
+             "record a run, never edit this file. -->", "",
+             "Every numeric assertion the notebooks make now, with its margin (how far the "
+             "compared quantity stayed from its bound) under every draw of the kept reports, both "
+             "editions, at whichever commit each report ran, where the assertion read the same. "
+             f"Tuning draws are seeds below {FRESH} (the seeds thresholds were chosen on); fresh "
+             f"draws are seeds from {FRESH} up, drawn at random. ‡: the smallest margin is under "
+             "a tenth of the spread over all draws.", ""]
+    if not rows:
+        return "\n".join(lines + ["No kept report yet.", ""])
+    return "\n".join(lines + MARGIN_HEAD + [_margin_row(row) for row in rows]) + "\n"
+
+
+def render(reports: list[tuple[str, dict]], notebooks: list[str], url=lambda path: path,
+           current: dict[tuple[str, str], str] | None = None) -> str:
     """The page, from (repository path, compact report) pairs; ``url`` makes a repository path
     a link (the repository's site in the book)."""
     lines = ["# Validation", "", GENERATED, "",
@@ -252,12 +348,21 @@ def render(reports: list[tuple[str, dict]], notebooks: list[str], url=lambda pat
     failures = failure_lines(reports)
     if failures:
         lines += ["### The failures", ""] + failures + [""]
+    rows = pooled_margins(reports, current)
+    fresh = sum(row["fresh_draws"] for row in rows)
+    held = sum(row["fresh_held"] for row in rows)
+    tuning = sorted({seed for row in rows for seed in row["tuning_seeds"]})
+    tight = sum(row["tight"] and row["draws"] >= 5 for row in rows)
     lines += ["## The tightest assertions", "",
-              "Every numeric assertion's margin under each seed is in the reports. Below, over "
-              "runs of five or more seeds, the closest to failing: first those whose smallest "
-              "margin is under a tenth of how far the seeds move it (‡: a fresh draw may cross), "
-              "then the smallest margins relative to the compared value.", ""]
-    lines += tightest_rows(reports) + [""]
+              f"The notebooks' {len(rows)} numeric assertions as the kept reports measured them "
+              "on the notebooks' current code (a run of older code does not count), pooled over "
+              f"the reports and both editions: each one's margin under tuning seeds "
+              f"({_seeds(tuning)}), the draws its threshold was chosen on, and under fresh draws. "
+              f"Under fresh draws, {held} of {fresh} checks held. {tight} assertions with five or "
+              "more draws have a smallest margin under a tenth of their spread (‡: another draw "
+              f"may cross). Below, the {TIGHTEST} closest to failing; every assertion is in "
+              f"[`{FOLDER}/margins.md`]({url(FOLDER + '/margins.md')}).", ""]
+    lines += tightest_rows(rows) + [""]
     missing = never_run(reports, notebooks)
     if missing:
         lines += ["## Not run", "", "No kept report covers these, for the notebooks as they are "
@@ -270,4 +375,11 @@ def page_text(root: Path, url) -> str:
                for p in report_files(root)]
     reports.sort(key=lambda item: item[1]["date"])
     notebooks = sorted(p.stem for p in (root / "solutions").glob("*.ipynb"))
-    return render(reports, notebooks, url)
+    return render(reports, notebooks, url, current_digests(root))
+
+
+def margins_file_text(root: Path) -> str:
+    reports = [(f"{FOLDER}/{p.name}", json.loads(p.read_text(encoding="utf-8")))
+               for p in report_files(root)]
+    reports.sort(key=lambda item: item[1]["date"])
+    return margins_text(reports, current_digests(root))

@@ -149,3 +149,20 @@ def test_margins_do_not_change_what_an_assertion_decides():
         exec(compile(tree, "cell", "exec"), {"__coursekit_record": margins.record})
     assert margins.margin([2.0, 1.0], [">"]) == 1.0
     assert margins.margin([0.0, 2.0, 1.0], ["<", "<="]) == -1.0
+
+
+def test_the_code_digest_follows_the_code_not_the_prose(tmp_path):
+    """Runs are pooled by it (benchmarks/validation_page.py): prose and outputs may change, code
+    may not."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"),
+                                         nbformat.v4.new_code_cell("assert 1 < 2")])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    before = validate.code_digest(path)
+    nb.cells[0].source = "# A, reworded"
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="printed")]
+    nbformat.write(nb, path)
+    assert validate.code_digest(path) == before
+    nb.cells[1].source = "assert 1 < 3"
+    nbformat.write(nb, path)
+    assert validate.code_digest(path) != before

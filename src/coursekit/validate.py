@@ -19,6 +19,7 @@ Markdown table (``margins.md`` beside the report).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -55,6 +56,7 @@ class Run:
     cells_skipped: int
     failure: str = ""
     assert_log: str = ""
+    code_digest: str = ""  # of the notebook's code cells as run (code_digest)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,20 @@ def notebooks(only: list[str] | None, editions: list[str], root: Path = ROOT) ->
     return [root / EDITIONS[e] / n for n in names for e in editions]
 
 
+def code_digest(path: Path) -> str:
+    """A fingerprint of a notebook's code cells (not its prose or outputs): two runs with the same
+    digest ran the same code, so the margins of their assertions can be pooled."""
+    return code_digest_of(path.read_text(encoding="utf-8"))
+
+
+def code_digest_of(text: str) -> str:
+    """:func:`code_digest` of a notebook's JSON text."""
+    cells = json.loads(text).get("cells", [])
+    code = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in cells if c.get("cell_type") == "code"]
+    return hashlib.sha256(json.dumps(code).encode("utf-8")).hexdigest()[:12]
+
+
 def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tuple[str, str],
             assert_log: Path | None = None, threads: int | None = None) -> Run:
     """nbval over one notebook in a fresh kernel; the verdict per cell from its JUnit XML. With
@@ -125,6 +141,7 @@ def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tupl
         command = [sys.executable, "-m", "pytest", str(path), "-o", "addopts=", "-q",
                    "-p", "no:cacheprovider", "--nbval-lax", f"--nbval-cell-timeout={cell_timeout}",
                    "--nbval-kernel-startup-timeout=300", f"--junitxml={xml}"]
+        digest = code_digest(path)
         start = time.perf_counter()
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -148,7 +165,7 @@ def run_one(path: Path, profile: str, seed: int, cell_timeout: int, device: tupl
             failure = failure or "nbval did not run: " + _tail(proc.stdout + proc.stderr)
     edition = next(e for e, folder in EDITIONS.items() if path.parent.name == folder)
     return Run(path.stem, edition, profile, seed, device[0], device[1], round(seconds, 1),
-               passed, failed, skipped, failure, str(assert_log or ""))
+               passed, failed, skipped, failure, str(assert_log or ""), digest)
 
 
 COLOURS = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")  # terminal colours, raw or as JUnit XML escapes them
