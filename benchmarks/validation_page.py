@@ -250,8 +250,8 @@ def pooled_margins(reports: list[tuple[str, dict]],
                      "held": held})
                 if row["smallest"] is None or margin < row["smallest"]:  # a report keeps the
                     row["smallest"] = margin                            # values at its tightest
-                    row["values_at_smallest"] = (m["values_at_smallest"] if margin == m["min_margin"]
-                                                 else None)
+                    tightest = min(m["margin_per_seed"].values())  # the seed the values are of
+                    row["values_at_smallest"] = m["values_at_smallest"] if margin == tightest else None
     out = []
     for row in rows.values():
         every = [d["margin"] for d in row["tuning"] + row["fresh"]]
