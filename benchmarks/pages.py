@@ -297,7 +297,22 @@ def suite_part(results: dict, source: str) -> list[str]:
             "each part's tests (setup included); the two workers run side by side, so the parts "
             "add up to more than the wall time. `bash .ci/run` prints the same breakdown, with "
             "every notebook's time in both editions, after each run.", "",
-            *table(["part", "tests", "seconds"], ["---", "---:", "---:"], rows)]
+            *table(["part", "tests", "seconds"], ["---", "---:", "---:"], rows),
+            *notebook_times(s.get("notebooks", []))]
+
+
+def notebook_times(notebooks: list[dict]) -> list[str]:
+    """Each notebook's nbval time in that run, per edition (side by side with other tests)."""
+    if not notebooks:
+        return []
+
+    def shown(v: float | None) -> str:
+        return "–" if v is None else fmt(v, 0)
+
+    rows = [[n["notebook"], shown(n["instructor (s)"]), shown(n["student (s)"])] for n in notebooks]
+    return ["Each notebook's nbval time in the same run, setup included, with the other worker busy "
+            "beside it (the Chapters table above times a notebook alone):", "",
+            *table(["notebook", "instructor (s)", "student (s)"], ["---", "---:", "---:"], rows)]
 
 
 def render_file(results: dict, source: str, chapters_now: list[str] | None,

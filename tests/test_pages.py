@@ -118,6 +118,7 @@ def test_the_suites_breakdown_is_kept_in_the_json_and_shown_from_it(tmp_path):
     assert "| sum over both workers | 5 | 112 |" in text
     assert f"*Measured on {kept['measured']['suite']['date']}" in text
     assert "No figures in the repository's JSON" not in text
+    assert "| 01_rnn_recap | 38 | 33 |" in text  # 37.5 rounds to even
 
 
 def test_the_validation_page_is_current_tables_and_links_the_record():
