@@ -56,7 +56,7 @@ def compact(report: dict, name: str, modified: float | None = None, root: Path =
                         "min_margin": row["min_margin"], "max_margin": row["max_margin"],
                         "margin_per_seed": per_seed, "values_at_smallest": tight["values"]})
     keep = ("profile", "seeds", "cell_timeout_s", "device", "torch", "python", "libraries",
-            "commit", "total_seconds", "complete", "passed")
+            "commit", "total_seconds", "complete", "passed", "command")
     return {"name": name, "date": date} | {k: report.get(k) for k in keep} | {
         "runs": runs, "margins": margins}
 
@@ -122,6 +122,9 @@ def _versions(report: dict) -> str:
 def _seeds(seeds: list[int]) -> str:
     if not seeds:
         return "none"
+    tuning, fresh = [s for s in seeds if s < FRESH], [s for s in seeds if s >= FRESH]
+    if tuning and fresh:
+        return f"{_seeds(tuning)} and {len(fresh)} fresh draws ({_seeds(fresh)})"
     if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
         return f"{seeds[0]}–{seeds[-1]}"
     return ", ".join(map(str, seeds))
@@ -132,6 +135,8 @@ def _editions(report: dict) -> list[str]:
 
 
 def _command(report: dict) -> str:
+    if report.get("command"):  # a report kept from several runs says how they were made
+        return report["command"]
     editions = _editions(report)
     edition = "both" if len(editions) == 2 else editions[0] if editions else "both"
     seeds = report.get("seeds") or []
