@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from coursekit.validate import FRESH, code_digest, code_digest_of  # FRESH: fresh draws from here up
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PAGE = ROOT / "book" / "validation.md"
@@ -26,7 +28,6 @@ EDITION_NAMES = {"instructor": "instructor", "student": "student"}
 LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes")
 TIGHTEST = 12  # assertions listed on the page; the rest are in MARGINS
 MARGINS = ROOT / FOLDER / "margins.md"  # every assertion, pooled over runs of the current code
-FRESH = 1000  # seeds from here up are fresh draws (`--seeds random:N`); below, tuning seeds
 EDITION_DIRS = {"instructor": "solutions", "student": "notebooks"}
 
 
@@ -64,8 +65,6 @@ def compact(report: dict, name: str, modified: float | None = None, root: Path =
 def digest_at(commit: str | None, notebook: str, edition: str, root: Path = ROOT) -> str | None:
     """The code digest of a notebook at a commit, for reports written before runs recorded it;
     None where git cannot say (no commit, or a commit with uncommitted changes to notebooks)."""
-    from coursekit.validate import code_digest_of
-
     if not commit:
         return None
     path = f"{EDITION_DIRS[edition]}/{notebook}.ipynb"
@@ -224,8 +223,6 @@ def never_run(reports: list[tuple[str, dict]], notebooks: list[str]) -> list[str
 
 def current_digests(root: Path = ROOT) -> dict[tuple[str, str], str]:
     """(notebook, edition) -> the code digest of the notebook as it is now."""
-    from coursekit.validate import code_digest
-
     return {(path.stem, edition): code_digest(path) for edition, folder in EDITION_DIRS.items()
             for path in sorted((root / folder).glob("*.ipynb"))}
 
@@ -276,15 +273,14 @@ def _relative(row: dict) -> float:
     return row["smallest"] / (max(values) if values and max(values) > 0 else 1.0)
 
 
-def _margin_row(row: dict, with_notebook: bool = True) -> str:
+def _margin_row(row: dict) -> str:
     text = row["assert"].replace("|", "\\|")
     shown = " ".join(f"{v:.4g}" if isinstance(v, (int, float)) else "?"
                      for v in row["values_at_smallest"] or []) or "–"
     mean = "–" if row["tuning_mean"] is None else f"{row['tuning_mean']:.4g}"
     spread = "–" if row["tuning_spread"] is None else f"{row['tuning_spread']:.4g}"
     fresh = f"{row['fresh_held']} of {row['fresh_draws']}" if row["fresh_draws"] else "–"
-    first = f"| {row['notebook']} " if with_notebook else ""
-    return (f"{first}| `{text}` | {len(row['tuning'])} | {mean} | {spread} | {fresh} | "
+    return (f"| {row['notebook']} | `{text}` | {len(row['tuning'])} | {mean} | {spread} | {fresh} | "
             f"{row['smallest']:.4g}{' ‡' if row['tight'] else ''} | {shown} |")
 
 
@@ -312,7 +308,8 @@ def margins_text(reports: list[tuple[str, dict]], current: dict[tuple[str, str],
              "record a run, never edit this file. -->", "",
              "Every numeric assertion the notebooks make now, with its margin (how far the "
              "compared quantity stayed from its bound) under every draw of the kept reports, both "
-             "editions, at whichever commit each report ran, where the assertion read the same. "
+             "editions, counting only runs of the notebook's current code (the code digest each "
+             "run records). "
              f"Tuning draws are seeds below {FRESH} (the seeds thresholds were chosen on); fresh "
              f"draws are seeds from {FRESH} up, drawn at random. ‡: the smallest margin is under "
              "a tenth of the spread over all draws.", ""]
