@@ -292,7 +292,7 @@ def suite_part(results: dict, source: str) -> list[str]:
             *provenance(measured(results, "suite"),
                         SUITE_COMMAND if source == "benchmarks/results.json"
                         else SUITE_COMMAND.replace("benchmarks/results.json", source), source),
-            f"The whole suite as CI runs it (two pytest-xdist workers, the browser required): "
+            f"The whole suite as `.ci/run` runs it (two pytest-xdist workers, the browser required): "
             f"{s['wall (s)']:,.0f} s of wall time, {verdict}. Where the time goes, summed over "
             "each part's tests (setup included); the two workers run side by side, so the parts "
             "add up to more than the wall time. `bash .ci/run` prints the same breakdown, with "
