@@ -295,12 +295,34 @@ def _check_tuple(result, n, what):
     return result[0]
 
 
+def varying_share(module, x, draws):
+    """Training mode, 0 < dropout < 1, a Pre-LN block whose FFN outputs zeros: what the block
+    adds to x is Dropout(MHSA(LN₁(x))). Called ``draws`` times, each element of it is either 0
+    (dropped by the sub-layer's dropout) or, where it is kept, a value that varies from call to
+    call only if the attention drops some of its weights too (nn.MultiheadAttention's
+    ``dropout``). Returns the share of elements whose kept values are not all the same: about
+    1 for the authority, exactly 0 for a block whose attention drops nothing. No random draws
+    need to match between the grader and the submission."""
+    module.train(True)
+    with torch.no_grad():
+        added = torch.stack([_check_tuple(module(x), 2, "(output, weights)") - x
+                             for _ in range(draws)]).double()  # (draws, B, N, d_model)
+    kept = added != 0
+    high = torch.where(kept, added, -torch.inf).amax(0)
+    low = torch.where(kept, added, torch.inf).amin(0)
+    seen = kept.sum(0) >= 2  # kept at least twice: whether it varies can show
+    varies = (high - low) > 1e-6 * (1 + high.abs())
+    return torch.tensor([(varies & seen).sum().item() / max(seen.sum().item(), 1)])
+
+
 def run_encoder_block(cls, args):
-    d_model, n_heads, d_ff, activation, norm_first, dropout, *weights, x, key_mask, is_causal \
-        = args
+    (d_model, n_heads, d_ff, activation, norm_first, dropout, *weights, x, key_mask, is_causal,
+     draws) = args
     module = cls(d_model, n_heads, d_ff, dropout=dropout, activation=activation,
                  norm_first=norm_first)
     load_parameters(module, dict(zip(ENC_NAMES, weights, strict=True)))
+    if draws:
+        return Backward(varying_share(module, x, draws), {})
     _mode(module, dropout)
     # trained through (Chapters 7-9 stack these blocks): the gradients of the output with
     # respect to x and to every parameter are compared too
@@ -325,13 +347,16 @@ def run_decoder_block(cls, args):
 
 
 def _enc_case(*, norm_first, activation="relu", B=2, N=5, d_model=16, n_heads=4, d_ff=32,
-              lengths=None, causal=False, dropout=0.0):
+              lengths=None, causal=False, dropout=0.0, draws=0):
     def make(g):
         params = _random_parameters(g, _parameter_shapes("EncoderBlock", d_model, d_ff))
+        if draws:  # the FFN outputs zeros: only the attention's sub-layer adds to x
+            params["ff.linear2.weight"].zero_()
+            params["ff.linear2.bias"].zero_()
         x = torch.randn(B, N, d_model, generator=g)
         key_mask = None if lengths is None else torch.arange(N) < torch.tensor(lengths)[:, None]
         return (d_model, n_heads, d_ff, activation, norm_first, dropout, *params.values(), x,
-                key_mask, causal)
+                key_mask, causal, draws)
 
     return make
 
@@ -377,6 +402,14 @@ class _EncoderVariant(transformer.EncoderBlock):
 
 def _encoder_variant(**bugs):
     return type("EncoderBlock", (_EncoderVariant,), bugs)
+
+
+class _NoAttentionDropout(transformer.EncoderBlock):
+    """Right but for the attention's own dropout: MultiHeadAttention(d_model, n_heads)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.self_attn.dropout = 0.0
 
 
 class _DecoderVariant(transformer.DecoderBlock):
@@ -452,6 +485,15 @@ ENC_CASES = [
          hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
               "X + Dropout(Sublayer(LN(X))), and only in training mode. With p = 1 every "
               "sub-layer's output is dropped: the Pre-LN block returns X unchanged."),
+    Case("training mode, dropout = 0.5, 64 calls: the attention drops weights",
+         _enc_case(norm_first=True, dropout=0.5, draws=64), grad=False, atol=0.25, rtol=0.0,
+         hint="In training mode the attention drops some of its weights too (self.self_attn is "
+              "MultiHeadAttention(d_model, n_heads, dropout=dropout), as nn.MultiheadAttention "
+              "has dropout=dropout inside nn.TransformerEncoderLayer): the case calls a Pre-LN "
+              "block whose FFN outputs zeros 64 times and counts the share of elements of output − x "
+              "whose kept (nonzero) values differ from call to call: about all of them in "
+              "nn.TransformerEncoderLayer, far fewer in yours, whose attention output mostly "
+              "repeats wherever it is kept, as when nothing inside the attention is random."),
 ]
 
 DEC_CASES = [
@@ -574,7 +616,7 @@ SUITES = [
         solution=transformer.EncoderBlock,
         call=run_encoder_block,
         arg_names=("d_model", "n_heads", "d_ff", "activation", "norm_first", "dropout",
-                   *ENC_NAMES, "x", "key_mask", "is_causal"),
+                   *ENC_NAMES, "x", "key_mask", "is_causal", "draws"),
         upstream=("LayerNorm", "FeedForward"),
         cases=ENC_CASES,
         hint="Post-LN: X = LN₁(X + MHSA(X)); X = LN₂(X + FFN(X)). Pre-LN: X = X + MHSA(LN₁(X)); "
@@ -627,6 +669,12 @@ SUITES = [
             Mutant("is_causal ignored", _encoder_variant(use_causal=False),
                    "With is_causal=True each position may attend only to itself and earlier "
                    "positions: pass is_causal to self.self_attn."),
+            Mutant("no dropout inside the attention",
+                   type("EncoderBlock", (_NoAttentionDropout,), {}),
+                   "Your block's attention drops none of its weights in training mode: build "
+                   "it as MultiHeadAttention(d_model, n_heads, dropout=dropout), as the given "
+                   "__init__ does (nn.TransformerEncoderLayer's attention drops its weights "
+                   "with the same p)."),
         ],
     ),
     Suite(
