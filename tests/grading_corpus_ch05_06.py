@@ -766,6 +766,14 @@ Q4 = [
     bug("DecoderBlock", "activation not passed to the FFN", dec(head_replace=[(
         "FeedForward(d_model, d_ff, dropout, activation)", "FeedForward(d_model, d_ff, dropout)")]),
         expect=("activation",), kind="argument"),
+    bug("DecoderBlock", "no dropout inside the cross-attention", dec(head_replace=[(
+        "self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)",
+        "self.cross_attn = MultiHeadAttention(d_model, n_heads)")]),
+        mutant="no dropout inside the cross-attention", kind="dropout"),
+    bug("DecoderBlock", "no dropout inside the self-attention", dec(head_replace=[(
+        "self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)",
+        "self.self_attn = MultiHeadAttention(d_model, n_heads)")]),
+        mutant="no dropout inside the self-attention", kind="dropout"),
     bug("DecoderBlock", "no dropout at all", dec(dropout=False),
         expect=("dropout", "Dropout"), kind="dropout"),
     bug("DecoderBlock", "no dropout on the cross-attention output", dec((

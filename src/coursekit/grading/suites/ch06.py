@@ -295,18 +295,18 @@ def _check_tuple(result, n, what):
     return result[0]
 
 
-def varying_share(module, x, draws):
-    """Training mode, 0 < dropout < 1, a Pre-LN block whose FFN outputs zeros: what the block
-    adds to x is Dropout(MHSA(LN₁(x))). Called ``draws`` times, each element of it is either 0
-    (dropped by the sub-layer's dropout) or, where it is kept, a value that varies from call to
-    call only if the attention drops some of its weights too (nn.MultiheadAttention's
-    ``dropout``). Returns the share of elements whose kept values are not all the same: about
-    1 for the authority, exactly 0 for a block whose attention drops nothing. No random draws
-    need to match between the grader and the submission."""
+def varying_share(module, call, x, draws):
+    """Training mode, 0 < dropout < 1, a Pre-LN block whose FFN (and, in a decoder block, one of
+    its two attentions) outputs zeros: what ``call()`` adds to x is Dropout(MHA(LN(x), ...)) of
+    the one attention left. Called ``draws`` times, each element of it is either 0 (dropped by
+    the sub-layer's dropout) or, where it is kept, a value that varies from call to call only if
+    that attention drops some of its weights too (nn.MultiheadAttention's ``dropout``). Returns
+    the share of elements whose kept values are not all the same: about 1 for the authority,
+    exactly 0 for a block whose attention drops nothing. No random draws need to match between
+    the grader and the submission."""
     module.train(True)
     with torch.no_grad():
-        added = torch.stack([_check_tuple(module(x), 2, "(output, weights)") - x
-                             for _ in range(draws)]).double()  # (draws, B, N, d_model)
+        added = torch.stack([call() - x for _ in range(draws)]).double()  # (draws, B, N, d)
     kept = added != 0
     high = torch.where(kept, added, -torch.inf).amax(0)
     low = torch.where(kept, added, torch.inf).amin(0)
@@ -322,7 +322,8 @@ def run_encoder_block(cls, args):
                  norm_first=norm_first)
     load_parameters(module, dict(zip(ENC_NAMES, weights, strict=True)))
     if draws:
-        return Backward(varying_share(module, x, draws), {})
+        return Backward(varying_share(module, lambda: _check_tuple(
+            module(x), 2, "(output, weights)"), x, draws), {})
     _mode(module, dropout)
     # trained through (Chapters 7-9 stack these blocks): the gradients of the output with
     # respect to x and to every parameter are compared too
@@ -333,17 +334,20 @@ def run_encoder_block(cls, args):
 
 def run_decoder_block(cls, args):
     (d_model, n_heads, d_ff, activation, norm_first, dropout, *weights, y, memory, key_mask,
-     memory_mask, is_causal) = args
+     memory_mask, is_causal, draws) = args
     module = cls(d_model, n_heads, d_ff, dropout=dropout, activation=activation,
                  norm_first=norm_first)
     load_parameters(module, dict(zip(DEC_NAMES, weights, strict=True)))
+    what = "(output, self-attention weights, cross-attention weights)"
+    if draws:
+        return Backward(varying_share(module, lambda: _check_tuple(
+            module(y, memory), 3, what), y, draws), {})
     _mode(module, dropout)
     # the default is_causal is left out of the call, as the chapter calls the block
     options = dict(key_mask=key_mask, memory_mask=memory_mask) | (
         {} if is_causal else {"is_causal": False})
     run = backward(module, (y, memory), {"y": 0, "memory": 1}, options, params=True, first=1)
-    return Backward(_check_tuple(run.value, 3, "(output, self-attention weights, cross-attention "
-                                              "weights)"), run.grads)
+    return Backward(_check_tuple(run.value, 3, what), run.grads)
 
 
 def _enc_case(*, norm_first, activation="relu", B=2, N=5, d_model=16, n_heads=4, d_ff=32,
@@ -362,15 +366,22 @@ def _enc_case(*, norm_first, activation="relu", B=2, N=5, d_model=16, n_heads=4,
 
 
 def _dec_case(*, norm_first, B=2, N_t=4, N_s=6, d_model=16, n_heads=4, d_ff=32,
-              tgt_lengths=None, src_lengths=None, activation="relu", dropout=0.0, causal=True):
+              tgt_lengths=None, src_lengths=None, activation="relu", dropout=0.0, causal=True,
+              draws=0, silent=""):
     def make(g):
         params = _random_parameters(g, _parameter_shapes("DecoderBlock", d_model, d_ff))
+        # the FFN, and the attention named by ``silent``, output zeros: only the other
+        # attention's sub-layer adds to y
+        for name in ["ff.linear2.weight", "ff.linear2.bias"] + (
+                [f"{silent}.out_proj.weight", f"{silent}.out_proj.bias"] if silent else []):
+            if draws:
+                params[name].zero_()
         y = torch.randn(B, N_t, d_model, generator=g)
         memory = torch.randn(B, N_s, d_model, generator=g)
         tgt = None if tgt_lengths is None else torch.arange(N_t) < torch.tensor(tgt_lengths)[:, None]
         src = None if src_lengths is None else torch.arange(N_s) < torch.tensor(src_lengths)[:, None]
         return (d_model, n_heads, d_ff, activation, norm_first, dropout, *params.values(), y,
-                memory, tgt, src, causal)
+                memory, tgt, src, causal, draws)
 
     return make
 
@@ -410,6 +421,16 @@ class _NoAttentionDropout(transformer.EncoderBlock):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.self_attn.dropout = 0.0
+
+
+class _NoDecoderAttentionDropout(transformer.DecoderBlock):
+    """Right but for one attention's own dropout (``attention`` names it)."""
+
+    attention = "cross_attn"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        getattr(self, self.attention).dropout = 0.0
 
 
 class _DecoderVariant(transformer.DecoderBlock):
@@ -528,6 +549,18 @@ DEC_CASES = [
          hint="Dropout acts on each sub-layer's output before it joins the residual stream, "
               "Y + Dropout(Sublayer(·)), and only in training mode. With p = 1 every sub-layer's "
               "output is dropped: the Post-LN block returns LN₃(LN₂(LN₁(Y)))."),
+    *(Case(f"training mode, dropout = 0.5, 64 calls: the {kind}-attention drops weights",
+           _dec_case(norm_first=True, dropout=0.5, draws=64, silent=f"{other}_attn"),
+           grad=False, atol=0.25, rtol=0.0,
+           hint=f"In training mode the {kind}-attention drops some of its weights too "
+                f"(self.{kind}_attn is MultiHeadAttention(d_model, n_heads, dropout=dropout), "
+                "as nn.TransformerDecoderLayer's attentions have dropout=dropout): the case "
+                f"calls a Pre-LN block whose FFN and {other}-attention output zeros 64 times "
+                "and counts the share of elements of output − y whose kept (nonzero) values "
+                "differ from call to call: about all of them in nn.TransformerDecoderLayer, far "
+                f"fewer in yours, whose {kind}-attention output mostly repeats wherever it is "
+                "kept, as when nothing inside that attention is random.")
+      for kind, other in (("self", "cross"), ("cross", "self"))),
 ]
 
 SUITES = [
@@ -685,7 +718,7 @@ SUITES = [
         solution=transformer.DecoderBlock,
         call=run_decoder_block,
         arg_names=("d_model", "n_heads", "d_ff", "activation", "norm_first", "dropout",
-                   *DEC_NAMES, "y", "memory", "key_mask", "memory_mask", "is_causal"),
+                   *DEC_NAMES, "y", "memory", "key_mask", "memory_mask", "is_causal", "draws"),
 
         upstream=("LayerNorm", "FeedForward"),
         cases=DEC_CASES,
@@ -734,6 +767,14 @@ SUITES = [
             Mutant("Pre-LN normalises memory too", _decoder_variant(norm_memory=True),
                    "In Pre-LN only the decoder's stream is normalised before cross-attention "
                    "(norm2(Y)); memory comes in as the encoder left it."),
+            *(Mutant(f"no dropout inside the {kind}-attention",
+                     type("DecoderBlock", (_NoDecoderAttentionDropout,),
+                          {"attention": f"{kind}_attn"}),
+                     f"Your block's {kind}-attention drops none of its weights in training mode: "
+                     f"build it as MultiHeadAttention(d_model, n_heads, dropout=dropout), as the "
+                     f"given __init__ does (nn.TransformerDecoderLayer's attentions drop their "
+                     f"weights with the same p).")
+              for kind in ("self", "cross")),
         ],
     ),
 ]
