@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -28,7 +29,9 @@ def run_notebook(path: Path, profile: str, timeout: int = 900) -> float:
     return time.perf_counter() - start
 
 
-def measure(profile: str = "quick", only: list[str] | None = None) -> list[dict]:
+def measure(profile: str = "quick", only: list[str] | None = None,
+            on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Every chapter in both editions; ``on_row`` is called after each (to save as it goes)."""
     rows = []
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         if only and not any(path.name.startswith(o) for o in only):
@@ -37,6 +40,8 @@ def measure(profile: str = "quick", only: list[str] | None = None) -> list[dict]
             seconds = run_notebook(ROOT / edition / path.name, profile)
             rows.append({"chapter": path.stem, "edition": edition, "profile": profile,
                          "seconds": seconds, "within_budget": seconds < BUDGET_S})
+            if on_row is not None:
+                on_row(rows[-1])
             print(f"{path.stem:<28} {edition:<10} {profile:<6} {seconds:7.1f} s")
     return rows
 

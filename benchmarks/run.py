@@ -122,10 +122,16 @@ def main(argv: list[str] | None = None) -> int:
             save("models")
     if "chapters" in args.only:
         print("\n## chapter execution times")
-        results["chapters"] = chapters.measure("quick")
+        done: list[dict] = []
+
+        def keep(row: dict) -> None:  # after every notebook: a run stopped part-way keeps them
+            done.append(row)
+            results["chapters"] = done
+            save("chapters")
+
+        chapters.measure("quick", on_row=keep)
         if torch.cuda.is_available():
-            results["chapters"] += chapters.measure("full")
-        save("chapters")
+            chapters.measure("full", on_row=keep)
     if "grading" in args.only:
         print("\n## grading 100 submissions")
         results["grading"] = run_grading()
